@@ -1,0 +1,24 @@
+// Errors: hark reports every failure as a hark::Error with a message that names what was wrong
+// and where (file, offset, key). The CLI prints it as one line; the C API turns it into a code.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace hark {
+
+class Error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// fail("tensor ", name, " has ", n, " elements") throws hark::Error with the parts joined.
+template <class... Parts>
+[[noreturn]] void fail(const Parts&... parts) {
+  std::ostringstream message;
+  (message << ... << parts);
+  throw Error(message.str());
+}
+
+}  // namespace hark

@@ -1,0 +1,83 @@
+// Whisper: the model itself (weights, encoder, decoder with K/V caches), read from GGUF.
+// Decoding strategies (greedy, beam, timestamps, fallback, long-form) live in search.h and
+// transcribe.h and see the model only through this interface.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace hark::gguf {
+class File;
+}
+
+namespace hark::whisper {
+
+struct Config {
+  int n_mels = 80;
+  int d_model = 0;
+  int vocab_size = 0;
+  int encoder_layers = 0, encoder_heads = 0, encoder_ffn = 0;
+  int decoder_layers = 0, decoder_heads = 0, decoder_ffn = 0;
+  int max_source_positions = 1500;  // encoder frames per window
+  int max_target_positions = 448;   // decoder context
+  int window_frames() const { return 2 * max_source_positions; }  // mel frames per 30-s window
+};
+
+// Token ids Whisper's decoding rules need, and the language list (codes in token order).
+struct Vocabulary {
+  int32_t eot = -1, sot = -1, translate = -1, transcribe = -1, sot_lm = -1, sot_prev = -1;
+  int32_t no_speech = -1, no_timestamps = -1, timestamp_begin = -1;
+  int32_t first_language = -1;         // id of the first language token (<|en|>)
+  std::vector<std::string> languages;  // "en", "zh", ... in id order
+  std::vector<int32_t> suppress_tokens;        // generation_config.suppress_tokens
+  std::vector<int32_t> begin_suppress_tokens;  // generation_config.begin_suppress_tokens
+  int max_initial_timestamp_index = 50;        // 1.0 s at 0.02 s per timestamp token
+  bool multilingual = true;
+
+  int32_t language_token(const std::string& code) const;  // throws hark::Error on unknown code
+  bool is_timestamp(int32_t id) const { return id >= timestamp_begin; }
+};
+
+// The encoder's output for one 30-s window, plus the cross-attention K/V of every decoder layer,
+// computed once and shared by every sequence decoded on that window.
+class EncodedWindow {
+ public:
+  virtual ~EncodedWindow() = default;
+  // [max_source_positions x d_model], row-major, after the encoder's final layer norm.
+  virtual std::vector<float> frames() const = 0;
+};
+
+// Autoregressive decoding of n parallel sequences (beams, or samples) over one window.
+class DecoderSession {
+ public:
+  virtual ~DecoderSession() = default;
+  virtual int n_sequences() const = 0;
+  virtual int length() const = 0;  // tokens in each sequence's K/V cache so far
+  // Appends tokens[s] to sequence s (every sequence appends the same number) and returns logits
+  // [n_sequences][positions.size()][vocab] flattened, for the given positions among the appended
+  // ones (0 = first appended); empty `positions` means the last appended position only.
+  virtual std::vector<float> advance(const std::vector<std::vector<int32_t>>& tokens,
+                                     const std::vector<int>& positions = {}) = 0;
+  // Beam search: afterwards sequence i continues from what sequence source[i] held.
+  virtual void reorder(std::span<const int> source) = 0;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  // Reads hyper-parameters, vocabulary and weights; throws hark::Error on anything missing or
+  // inconsistent (names the key or tensor and the expected shape).
+  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file);
+
+  virtual const Config& config() const = 0;
+  virtual const Vocabulary& vocabulary() const = 0;
+  // mel: [n_mels x window_frames()] row-major log-mel of one window.
+  virtual std::shared_ptr<const EncodedWindow> encode(std::span<const float> mel) const = 0;
+  virtual std::unique_ptr<DecoderSession> start(std::shared_ptr<const EncodedWindow> window,
+                                                int n_sequences) const = 0;
+};
+
+}  // namespace hark::whisper
