@@ -20,18 +20,37 @@
 namespace hark::gguf {
 
 enum class ValueType : uint32_t {
-  U8 = 0, I8 = 1, U16 = 2, I16 = 3, U32 = 4, I32 = 5, F32 = 6, BOOL = 7,
-  STRING = 8, ARRAY = 9, U64 = 10, I64 = 11, F64 = 12,
+  U8 = 0,
+  I8 = 1,
+  U16 = 2,
+  I16 = 3,
+  U32 = 4,
+  I32 = 5,
+  F32 = 6,
+  BOOL = 7,
+  STRING = 8,
+  ARRAY = 9,
+  U64 = 10,
+  I64 = 11,
+  F64 = 12,
 };
+
+// "u8", "string", "array", ... for messages.
+std::string_view value_type_name(ValueType type);
 
 struct Value;
 using Array = std::vector<Value>;
 
-// One metadata value. Integers of every width are kept as int64/uint64 with their GGUF type.
+// One metadata value. Integers of every width are kept as int64/uint64 with their GGUF type: the
+// reader gives int64_t for I8..I64 and uint64_t for U8..U64 (the writer takes either,
+// range-checked), double for F32/F64, bool, std::string, and Array (every element of type
+// element_type).
 struct Value {
   ValueType type = ValueType::U32;
   std::variant<int64_t, uint64_t, double, bool, std::string, Array> data;
   ValueType element_type = ValueType::U32;  // for arrays
+
+  bool operator==(const Value&) const = default;
 };
 
 struct TensorInfo {
@@ -47,7 +66,9 @@ struct TensorInfo {
 
 class File {
  public:
-  // Maps and validates `path`; throws hark::Error naming the file and the problem.
+  // Maps and validates `path`; throws hark::Error naming the file and the problem. Accepts GGUF
+  // v2 and v3, 1 to 8 dimensions per tensor, arrays nested up to 8 deep and 2^24 metadata values
+  // in all; rejects tensor types hark has no DType for (k-quants, ...) by their ggml name.
   static std::shared_ptr<const File> open(const std::string& path);
   ~File();
   File(const File&) = delete;
@@ -61,7 +82,7 @@ class File {
   bool has(std::string_view key) const { return find(key) != nullptr; }
   // Typed getters throw hark::Error when the key is missing or of another kind.
   std::string get_string(std::string_view key) const;
-  int64_t get_int(std::string_view key) const;  // any integer type, range-checked
+  int64_t get_int(std::string_view key) const;   // any integer type, range-checked
   double get_float(std::string_view key) const;  // F32/F64 (and integers)
   bool get_bool(std::string_view key) const;
   std::vector<std::string> get_strings(std::string_view key) const;

@@ -23,11 +23,13 @@ namespace hark::text {
 class BpeTokenizer {
  public:
   // tiktoken rank file; `specials` are appended after the ranks, in order, with consecutive ids.
-  static BpeTokenizer from_tiktoken(const std::string& path, const std::vector<std::string>& specials);
+  static BpeTokenizer from_tiktoken(const std::string& path,
+                                    const std::vector<std::string>& specials);
   // Hugging Face tokenizer.json (model.type == "BPE", byte-level) with its added_tokens.
   static BpeTokenizer from_tokenizer_json(const std::string& path);
   // vocab.json + merges.txt (+ added_tokens.json when present), the "slow" tokenizer files.
-  static BpeTokenizer from_vocab_merges(const std::string& vocab_json, const std::string& merges_txt,
+  static BpeTokenizer from_vocab_merges(const std::string& vocab_json,
+                                        const std::string& merges_txt,
                                         const std::string& added_tokens_json = "");
   // tokenizer.ggml.tokens / tokenizer.ggml.merges (+ tokenizer.ggml.token_type for specials).
   static BpeTokenizer from_gguf(const gguf::File& file);
@@ -42,8 +44,8 @@ class BpeTokenizer {
 
   int32_t vocab_size() const;
   std::optional<int32_t> find(std::string_view token) const;  // exact token (bytes) -> id
-  int32_t id(std::string_view token) const;                     // throws hark::Error when absent
-  const std::string& token_bytes(int32_t id) const;             // raw bytes of a token
+  int32_t id(std::string_view token) const;                   // throws hark::Error when absent
+  const std::string& token_bytes(int32_t id) const;           // raw bytes of a token
   bool is_special(int32_t id) const;
 
  private:

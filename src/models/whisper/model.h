@@ -21,8 +21,8 @@ struct Config {
   int vocab_size = 0;
   int encoder_layers = 0, encoder_heads = 0, encoder_ffn = 0;
   int decoder_layers = 0, decoder_heads = 0, decoder_ffn = 0;
-  int max_source_positions = 1500;  // encoder frames per window
-  int max_target_positions = 448;   // decoder context
+  int max_source_positions = 1500;                                // encoder frames per window
+  int max_target_positions = 448;                                 // decoder context
   int window_frames() const { return 2 * max_source_positions; }  // mel frames per 30-s window
 };
 
@@ -30,8 +30,8 @@ struct Config {
 struct Vocabulary {
   int32_t eot = -1, sot = -1, translate = -1, transcribe = -1, sot_lm = -1, sot_prev = -1;
   int32_t no_speech = -1, no_timestamps = -1, timestamp_begin = -1;
-  int32_t first_language = -1;         // id of the first language token (<|en|>)
-  std::vector<std::string> languages;  // "en", "zh", ... in id order
+  int32_t first_language = -1;                 // id of the first language token (<|en|>)
+  std::vector<std::string> languages;          // "en", "zh", ... in id order
   std::vector<int32_t> suppress_tokens;        // generation_config.suppress_tokens
   std::vector<int32_t> begin_suppress_tokens;  // generation_config.begin_suppress_tokens
   int max_initial_timestamp_index = 50;        // 1.0 s at 0.02 s per timestamp token
@@ -65,6 +65,8 @@ class DecoderSession {
   virtual void reorder(std::span<const int> source) = 0;
 };
 
+// A loaded model is immutable: encode() and start() may be called from several threads at once.
+// The Model must outlive the windows and sessions it hands out (they refer to its weights).
 class Model {
  public:
   virtual ~Model() = default;

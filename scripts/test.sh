@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite: installs dependencies, builds (Release), runs every test, then builds again
+# with AddressSanitizer + UndefinedBehaviorSanitizer and runs every test once more.
+# Needs no GPU, no network beyond Debian's packages, nothing outside this checkout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+jobs=$(nproc)
+
+scripts/install-deps.sh
+
+echo "== Release build"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DHARK_TESTS=ON >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs"
+
+echo "== AddressSanitizer + UBSan build"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHARK_TESTS=ON -DHARK_SANITIZE=ON >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs"

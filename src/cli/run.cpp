@@ -1,0 +1,315 @@
+// `hark run MODEL AUDIO...`: transcribes (or translates) audio files with a Whisper GGUF model.
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <new>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+
+#include "audio/audio.h"
+#include "base/atomic_file.h"
+#include "base/error.h"
+#include "base/log.h"
+#include "cli/commands.h"
+#include "cli/terminal.h"
+#include "format/gguf.h"
+#include "models/whisper/model.h"
+#include "models/whisper/tokens.h"
+#include "models/whisper/transcribe.h"
+#include "pipeline/output.h"
+#include "text/bpe.h"
+
+#ifdef HARK_HAVE_BLAS
+extern "C" void openblas_set_num_threads(int threads);
+#endif
+
+namespace hark::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const Option run_options[] = {
+    {"output-format", 'o', "FORMAT", "txt (default), json, srt or vtt."},
+    {"output-dir", 0, "DIR",
+     "Write each result to DIR/NAME.FORMAT instead of stdout\n"
+     "(NAME: the audio file's name without its extension, or\n"
+     "'stdin' for -). DIR is created if needed."},
+    {"language", 'l', "CODE",
+     "Spoken language: a code (en, de, ...), a name (german),\n"
+     "or 'auto' (default) to detect it from the first 30 s."},
+    {"task", 0, "TASK", "transcribe (default) or translate (into English)."},
+    {"translate", 0, "", "Same as --task translate."},
+    {"beam-size", 'b', "N", "Beam search with N beams; 1 (default) is greedy."},
+    {"temperature", 0, "T",
+     "Sampling temperature from 0 (default) to 1. With fallback,\n"
+     "a window whose text is repetitive or unlikely is decoded\n"
+     "again at T+0.2, T+0.4, ... up to 1."},
+    {"no-fallback", 0, "", "Decode every window once, at the given temperature."},
+    {"timestamps", 0, "MODE",
+     "segment (default): timed segments; none: no timestamp\n"
+     "tokens, one segment per 30-s window."},
+    {"max-tokens", 0, "N",
+     "At most N tokens per 30-s window (default: 224, half\n"
+     "the decoder context)."},
+    {"prompt", 0, "TEXT", "Text that precedes the audio (names, spelling, style)."},
+    {"threads", 't', "N", "CPU threads to use (default: all cores)."},
+    {"verbose", 'v', "", "Log model details and timings to stderr."},
+};
+
+constexpr std::string_view run_description =
+    "MODEL is the path to a Whisper model in GGUF format (see 'hark convert').\n"
+    "AUDIO is a WAV file (mp3, flac, ogg, m4a, opus, ... when built with FFmpeg),\n"
+    "or - to read audio from stdin. All files are transcribed, one after another.\n"
+    "\n"
+    "Results go to stdout unless --output-dir is given. With several files, each\n"
+    "result is preceded by a line '==> FILE <==' (txt, srt, vtt), and json prints\n"
+    "one object per line (JSON Lines) with an extra \"file\" field.\n"
+    "\n"
+    "A file that fails is reported on stderr as one line 'hark: error: ...' and the\n"
+    "other files still run. Exit status: 0 when every file was transcribed, 1 when\n"
+    "any failed (or the model could not be loaded), 2 for a bad command line.\n"
+    "Progress is shown on stderr when it is a terminal.";
+
+void limit_threads(int threads) {
+  omp_set_num_threads(threads);
+#ifdef HARK_HAVE_BLAS
+  openblas_set_num_threads(threads);
+#endif
+}
+
+std::vector<float> temperature_ladder(double start, bool fallback) {
+  std::vector<float> temperatures;
+  if (!fallback) return {static_cast<float>(start)};
+  // openai-whisper's ladder: start, start + 0.2, ... while <= 1.0 (with a little slack).
+  for (int step = 0;; ++step) {
+    const double temperature = start + 0.2 * step;
+    if (temperature > 1.0 + 1e-6) break;
+    temperatures.push_back(static_cast<float>(temperature));
+  }
+  return temperatures;
+}
+
+whisper::Options decoding_options(const ParsedArgs& args) {
+  whisper::Options options;
+  const std::string language = args.value_or("language", "auto");
+  if (language != "auto") {
+    const std::optional<std::string_view> code = whisper::language_code(language);
+    if (!code) usage_fail("unknown language '", language, "' (give a code such as en, or auto)");
+    options.language = std::string(*code);
+  }
+
+  const std::string task =
+      args.value_or("task", args.has("translate") ? "translate" : "transcribe");
+  if (task == "transcribe") {
+    if (args.has("translate")) usage_fail("--translate contradicts --task transcribe");
+    options.task = whisper::Task::transcribe;
+  } else if (task == "translate") {
+    options.task = whisper::Task::translate;
+  } else {
+    usage_fail("unknown task '", task, "' (expected transcribe or translate)");
+  }
+
+  options.beam_size = args.int_or("beam-size", 1, 1, 64);
+  options.fallback = !args.has("no-fallback");
+  options.temperatures =
+      temperature_ladder(args.float_or("temperature", 0.0, 0.0, 1.0), options.fallback);
+
+  const std::string timestamps = args.value_or("timestamps", "segment");
+  if (timestamps == "segment") {
+    options.timestamps = true;
+  } else if (timestamps == "none") {
+    options.timestamps = false;
+  } else {
+    usage_fail("unknown --timestamps mode '", timestamps, "' (expected segment or none)");
+  }
+
+  options.max_tokens = args.int_or("max-tokens", 0, 1, 100000);
+  options.initial_prompt = args.value_or("prompt", "");
+  return options;
+}
+
+output::Format output_format(const ParsedArgs& args) {
+  const std::string name = args.value_or("output-format", "txt");
+  try {
+    return output::format_from_name(name);
+  } catch (const Error& error) {
+    throw UsageError(error.what());
+  }
+}
+
+// Where each input's result goes when --output-dir is given; two inputs may not share a file.
+std::vector<fs::path> output_paths(const std::vector<std::string>& inputs,
+                                   const fs::path& directory, output::Format format) {
+  std::vector<fs::path> paths;
+  std::map<fs::path, std::string> claimed;
+  for (const std::string& input : inputs) {
+    fs::path name = input == "-" ? fs::path("stdin") : fs::path(input).filename().stem();
+    if (name.empty()) name = "audio";
+    fs::path path = directory / name;
+    path += ".";
+    path += std::string(output::format_name(format));
+    const auto [previous, inserted] = claimed.emplace(path, input);
+    if (!inserted) {
+      usage_fail("'", previous->second, "' and '", input, "' would both be written to ",
+                 path.string());
+    }
+    paths.push_back(std::move(path));
+  }
+  return paths;
+}
+
+std::shared_ptr<const gguf::File> open_model_file(const std::string& model) {
+  std::error_code error;
+  const fs::file_status status = fs::status(model, error);
+  if (!fs::exists(status)) {
+    fail("model '", model,
+         "' not found: no such file (give the path to a .gguf file; model names are not "
+         "supported yet)");
+  }
+  if (fs::is_directory(status)) fail("model '", model, "' is a directory, not a .gguf file");
+  return gguf::File::open(model);
+}
+
+// Written whole or not at all, so an interrupted run never leaves a half transcript behind.
+void write_file(const fs::path& path, const std::string& text) {
+  AtomicFileWriter file(path.string());
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
+// A failure to write stdout (a full disk, a closed pipe) ends the whole run: every later file
+// would fail the same way.
+class OutputFailed : public Error {
+ public:
+  using Error::Error;
+};
+
+void write_stdout(const std::string& text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout) != 0) {
+    throw OutputFailed("could not write the output to stdout");
+  }
+}
+
+// An error message that names the input, without naming it twice.
+std::string about_input(const std::string& input, const std::string& message) {
+  if (input == "-") {
+    if (message.find("standard input") != std::string::npos) return message;
+    return "stdin: " + message;
+  }
+  if (message.find(input) != std::string::npos) return message;
+  return input + ": " + message;
+}
+
+void report_failure(const std::string& input, const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "hark: error: %s\n", about_input(input, message).c_str());
+}
+
+int run(const ParsedArgs& args) {
+  if (args.positionals.empty()) usage_fail("missing MODEL and AUDIO (see 'hark help run')");
+  if (args.positionals.size() < 2) usage_fail("missing AUDIO: give at least one audio file or -");
+  const std::string& model_path = args.positionals[0];
+  const std::vector<std::string> inputs(args.positionals.begin() + 1, args.positionals.end());
+  if (std::count(inputs.begin(), inputs.end(), "-") > 1)
+    usage_fail("stdin (-) can be read only once");
+
+  if (args.has("verbose")) log::set_level(log::Level::info);
+  whisper::Options options = decoding_options(args);
+  const output::Format format = output_format(args);
+  if (args.has("threads")) limit_threads(args.int_or("threads", 0, 1, 4096));
+
+  const std::optional<std::string> output_dir = args.value("output-dir");
+  std::vector<fs::path> destinations;
+  if (output_dir) {
+    destinations = output_paths(inputs, *output_dir, format);
+    std::error_code error;
+    fs::create_directories(*output_dir, error);
+    if (error) fail("cannot create output directory ", *output_dir, ": ", error.message());
+  }
+
+  const auto model_file = open_model_file(model_path);
+  const std::unique_ptr<whisper::Model> model = whisper::Model::load(model_file);
+  const text::BpeTokenizer tokenizer = text::BpeTokenizer::from_gguf(*model_file);
+  if (!options.language.empty()) model->vocabulary().language_token(options.language);
+  const int64_t model_rate = model_file->get_int_or("whisper.sample_rate", audio::kSampleRate);
+  if (model_rate != audio::kSampleRate) {
+    fail(model_path, ": whisper.sample_rate is ", model_rate,
+         " Hz; hark's Whisper front end runs at ", audio::kSampleRate, " Hz");
+  }
+  const whisper::Config& config = model->config();
+  log::info("model ", model_path, ": d_model ", config.d_model, ", ", config.encoder_layers,
+            " encoder and ", config.decoder_layers, " decoder layers, vocabulary ",
+            config.vocab_size,
+            model->vocabulary().multilingual ? ", multilingual" : ", English-only");
+
+  const bool several_on_stdout = !output_dir && inputs.size() > 1;
+  bool printed_any = false;
+  int failures = 0;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string& input = inputs[i];
+    const std::string shown = input == "-" ? "stdin" : input;
+    try {
+      const auto started = std::chrono::steady_clock::now();
+      const std::vector<float> samples = audio::load(input, audio::kSampleRate);
+
+      ProgressLine progress("hark: " + shown);
+      options.on_progress = [&progress](double fraction) { progress.update(fraction); };
+      Transcript transcript = whisper::transcribe(*model, tokenizer, samples, options);
+      progress.clear();
+
+      const double seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      const double audio_seconds = static_cast<double>(samples.size()) / audio::kSampleRate;
+      log::info(shown, ": ", audio_seconds, " s of audio in ", seconds, " s (",
+                seconds > 0 ? audio_seconds / seconds : 0.0, "x real time), language ",
+                transcript.language);
+
+      if (output_dir) {
+        write_file(destinations[i], output::render(transcript, format));
+        log::info("wrote ", destinations[i].string());
+      } else if (several_on_stdout && format == output::Format::json) {
+        nlohmann::ordered_json line = output::to_json_value(transcript);
+        line["file"] = input;
+        write_stdout(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
+                     "\n");
+      } else if (several_on_stdout) {
+        write_stdout((printed_any ? "\n==> " : "==> ") + input + " <==\n" +
+                     output::render(transcript, format));
+        printed_any = true;
+      } else {
+        write_stdout(output::render(transcript, format));
+      }
+    } catch (const std::bad_alloc&) {
+      report_failure(input, "out of memory");
+      ++failures;
+    } catch (const UsageError&) {
+      throw;
+    } catch (const OutputFailed&) {
+      throw;
+    } catch (const std::exception& error) {
+      report_failure(input, error.what());
+      ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+const Command run_command{
+    "run",
+    "Transcribe or translate audio files with a Whisper model.",
+    "hark run MODEL AUDIO... [options]",
+    run_description,
+    run_options,
+    run,
+};
+
+}  // namespace hark::cli

@@ -1,0 +1,44 @@
+// The CPU implementation of the op set (see compute/ops.h for what each op computes). These are
+// called by ops.cpp after it has checked shapes and resized outputs, so they trust their inputs.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "compute/ops.h"
+
+namespace hark::compute::cpu {
+
+// Single-threaded row-major C[M, N] = alpha · A[M, K] · op(B) + beta · C, where op(B) is Bᵀ for a
+// B stored [N, K] (b_transposed) and B itself for a B stored [K, N]. OpenBLAS in sgemm_blas.cpp,
+// a blocked loop in sgemm_noblas.cpp.
+void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Makes the BLAS single-threaded (once): the ops parallelise with OpenMP themselves.
+void configure_blas();
+
+// Rows [first, first + count) of a weight as F32 values, count · cols floats into `out`.
+void weight_rows_to_f32(const Weight& w, int64_t first, int64_t count, float* out);
+
+void linear(const Tensor& x, const Weight& w, Tensor& y, const Epilogue& epilogue);
+void conv1d(const Tensor& x, const Weight& w, int stride, int padding, Tensor& y,
+            const Epilogue& epilogue);
+void layer_norm(const Tensor& x, const Weight& gamma, const Weight& beta, float eps, Tensor& y);
+void softmax(Tensor& x);
+void gelu(Tensor& x);
+void add(const Tensor& a, const Tensor& b, Tensor& y);
+void transpose(const Tensor& x, Tensor& y);
+void embedding(const Weight& table, std::span<const int32_t> ids, Tensor& y);
+void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& y);
+void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_length, int heads,
+               float scale, bool causal, Tensor& out);
+void write_rows(const Tensor& src, int64_t offset, Tensor& dst);
+void gather_sequences(const Tensor& src, std::span<const int> source, int64_t length, Tensor& dst);
+
+// Row kernels shared by several ops (n values each).
+void softmax_row(float* x, int64_t n);
+// x = exp(x - max(x)) in place; returns the sum (softmax without the final division).
+float exp_shifted_row(float* x, int64_t n);
+void gelu_row(float* x, int64_t n);
+
+}  // namespace hark::compute::cpu

@@ -1,0 +1,603 @@
+#include "models/whisper/convert.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <vector>
+
+#include "base/error.h"
+#include "base/log.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "format/safetensors.h"
+#include "models/whisper/tokens.h"
+#include "text/bpe.h"
+
+namespace hark::whisper {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+// ---------------------------------------------------------------------------------------------
+// JSON files of the checkpoint
+
+Json read_json(const fs::path& path) {
+  std::ifstream stream(path, std::ios::binary);
+  if (!stream) fail(path.string(), ": cannot open");
+  std::ostringstream text;
+  text << stream.rdbuf();
+  try {
+    return Json::parse(text.str());
+  } catch (const Json::parse_error& error) {
+    fail(path.string(), ": invalid JSON (", error.what(), ")");
+  }
+}
+
+std::optional<Json> read_json_if_present(const fs::path& path) {
+  if (!fs::exists(path)) return std::nullopt;
+  return read_json(path);
+}
+
+const Json* member(const Json& object, std::string_view key) {
+  const auto found = object.find(key);
+  return found == object.end() || found->is_null() ? nullptr : &*found;
+}
+
+int64_t integer(const Json& value, const fs::path& file, std::string_view key) {
+  if (!value.is_number_integer()) {
+    fail(file.string(), ": '", key, "' should be an integer, found ", value.dump());
+  }
+  return value.get<int64_t>();
+}
+
+// A positive integer no larger than `max` (all of Whisper's sizes fit GGUF's u32 comfortably).
+int64_t require_size(const Json& object, std::string_view key, const fs::path& file,
+                     int64_t max = 1 << 24) {
+  const Json* value = member(object, key);
+  if (value == nullptr) fail(file.string(), ": missing '", key, "'");
+  const int64_t number = integer(*value, file, key);
+  if (number < 1 || number > max) {
+    fail(file.string(), ": '", key, "' is ", number, ", expected 1 to ", max);
+  }
+  return number;
+}
+
+std::vector<int32_t> integer_list(const Json& value, const fs::path& file, std::string_view key) {
+  if (!value.is_array()) fail(file.string(), ": '", key, "' should be a list of token ids");
+  std::vector<int32_t> ids;
+  for (const Json& element : value) {
+    const int64_t id = integer(element, file, key);
+    if (id < 0 || id > INT32_MAX) fail(file.string(), ": '", key, "' holds token id ", id);
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  return ids;
+}
+
+// ---------------------------------------------------------------------------------------------
+// config.json
+
+struct Architecture {
+  int64_t vocab_size, n_mels, d_model;
+  int64_t encoder_layers, encoder_heads, encoder_ffn;
+  int64_t decoder_layers, decoder_heads, decoder_ffn;
+  int64_t max_source_positions, max_target_positions;
+  std::optional<int64_t> decoder_start_token_id, eos_token_id;
+  bool tied_output = true;
+};
+
+Architecture read_architecture(const fs::path& dir) {
+  const fs::path file = dir / "config.json";
+  if (!fs::exists(file)) {
+    fail(dir.string(), ": no config.json (is this a Hugging Face model directory?)");
+  }
+  const Json config = read_json(file);
+  if (!config.is_object()) fail(file.string(), ": expected a JSON object");
+
+  const Json* model_type = member(config, "model_type");
+  if (model_type == nullptr || !model_type->is_string() || *model_type != "whisper") {
+    fail(file.string(), ": model_type is ", model_type ? model_type->dump() : "missing",
+         ", not \"whisper\"; hark convert reads Whisper checkpoints "
+         "(WhisperForConditionalGeneration)");
+  }
+  if (const Json* architectures = member(config, "architectures")) {
+    const bool listed =
+        architectures->is_array() &&
+        std::any_of(architectures->begin(), architectures->end(),
+                    [](const Json& a) { return a == "WhisperForConditionalGeneration"; });
+    if (!listed) {
+      fail(file.string(), ": architectures is ", architectures->dump(),
+           "; hark convert reads WhisperForConditionalGeneration checkpoints");
+    }
+  }
+  // Variants hark's Whisper does not implement would convert "fine" and then transcribe wrongly.
+  if (const Json* activation = member(config, "activation_function");
+      activation != nullptr && *activation != "gelu") {
+    fail(file.string(), ": activation_function ", activation->dump(), " is not supported (gelu)");
+  }
+  if (const Json* scale = member(config, "scale_embedding"); scale != nullptr && *scale != false) {
+    fail(file.string(), ": scale_embedding = true is not supported");
+  }
+
+  Architecture arch{};
+  arch.vocab_size = require_size(config, "vocab_size", file);
+  arch.n_mels = require_size(config, "num_mel_bins", file);
+  arch.d_model = require_size(config, "d_model", file);
+  arch.encoder_layers = require_size(config, "encoder_layers", file, 1024);
+  arch.encoder_heads = require_size(config, "encoder_attention_heads", file, 1024);
+  arch.encoder_ffn = require_size(config, "encoder_ffn_dim", file);
+  arch.decoder_layers = require_size(config, "decoder_layers", file, 1024);
+  arch.decoder_heads = require_size(config, "decoder_attention_heads", file, 1024);
+  arch.decoder_ffn = require_size(config, "decoder_ffn_dim", file);
+  arch.max_source_positions = require_size(config, "max_source_positions", file);
+  arch.max_target_positions = require_size(config, "max_target_positions", file);
+  for (const auto& [heads, key] : {std::pair{arch.encoder_heads, "encoder_attention_heads"},
+                                   std::pair{arch.decoder_heads, "decoder_attention_heads"}}) {
+    if (arch.d_model % heads != 0) {
+      fail(file.string(), ": d_model ", arch.d_model, " is not a multiple of ", key, " ", heads);
+    }
+  }
+  if (const Json* id = member(config, "decoder_start_token_id")) {
+    arch.decoder_start_token_id = integer(*id, file, "decoder_start_token_id");
+  }
+  if (const Json* id = member(config, "eos_token_id"); id != nullptr && id->is_number_integer()) {
+    arch.eos_token_id = id->get<int64_t>();
+  }
+  if (const Json* tie = member(config, "tie_word_embeddings")) {
+    if (!tie->is_boolean()) fail(file.string(), ": 'tie_word_embeddings' should be true or false");
+    arch.tied_output = tie->get<bool>();
+  }
+  if (!arch.tied_output) {
+    fail(file.string(), ": tie_word_embeddings = false (a separate proj_out) is not supported");
+  }
+  return arch;
+}
+
+// ---------------------------------------------------------------------------------------------
+// preprocessor_config.json
+
+struct AudioFrontEnd {
+  int64_t sample_rate = 16000, n_fft = 400, hop_length = 160, chunk_length = 30;
+};
+
+AudioFrontEnd read_front_end(const fs::path& dir, const Architecture& arch) {
+  const fs::path file = dir / "preprocessor_config.json";
+  AudioFrontEnd front_end;
+  if (const std::optional<Json> config = read_json_if_present(file)) {
+    front_end.sample_rate = require_size(*config, "sampling_rate", file);
+    front_end.n_fft = require_size(*config, "n_fft", file);
+    front_end.hop_length = require_size(*config, "hop_length", file);
+    front_end.chunk_length = require_size(*config, "chunk_length", file, 3600);
+    const int64_t feature_size = require_size(*config, "feature_size", file);
+    if (feature_size != arch.n_mels) {
+      fail(file.string(), ": feature_size ", feature_size,
+           " differs from config.json num_mel_bins ", arch.n_mels);
+    }
+  } else {
+    log::warn(dir.string(), ": no preprocessor_config.json; using Whisper's front end (16000 Hz, ",
+              "n_fft 400, hop 160, 30-s chunks)");
+  }
+  // The encoder sees exactly one chunk: its mel frames are twice its positions (conv2 strides 2).
+  const int64_t frames = front_end.chunk_length * front_end.sample_rate / front_end.hop_length;
+  if (frames != 2 * arch.max_source_positions) {
+    fail(file.string(), ": ", front_end.chunk_length, " s at ", front_end.sample_rate, " Hz, hop ",
+         front_end.hop_length, " gives ", frames, " mel frames, but the encoder takes 2 x ",
+         arch.max_source_positions, " (config.json max_source_positions)");
+  }
+  return front_end;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tokenizer and generation_config.json
+
+text::BpeTokenizer read_tokenizer(const fs::path& dir) {
+  if (fs::exists(dir / "tokenizer.json")) {
+    return text::BpeTokenizer::from_tokenizer_json((dir / "tokenizer.json").string());
+  }
+  if (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt")) {
+    const fs::path added = dir / "added_tokens.json";
+    return text::BpeTokenizer::from_vocab_merges((dir / "vocab.json").string(),
+                                                 (dir / "merges.txt").string(),
+                                                 fs::exists(added) ? added.string() : "");
+  }
+  fail(dir.string(), ": no tokenizer (expected tokenizer.json, or vocab.json and merges.txt)");
+}
+
+// openai-whisper's suppress_tokens "-1": symbols that are not speech (speaker tags, music notes,
+// brackets), as single tokens with and without a leading space, plus the special tokens that may
+// never be sampled. Hugging Face's generation configs hold exactly this list.
+std::vector<int32_t> default_suppress_tokens(const text::BpeTokenizer& tokenizer,
+                                             const Vocabulary& vocab) {
+  std::vector<std::string> symbols;
+  for (char c : std::string_view("\"#()*+/:;<=>@[\\]^_`{|}~")) symbols.emplace_back(1, c);
+  for (const char* symbol :
+       {"「", "」",  "『", "』", "<<",  ">>",  "<<<", ">>>", "--", "---", "-(", "-[",
+        "('", "(\"", "((", "))", "(((", ")))", "[[",  "]]",  "{{", "}}",  "♪♪", "♪♪♪"}) {
+    symbols.emplace_back(symbol);
+  }
+  // Musical symbols (U+2640..U+267F) may take several tokens; their first token (the shared
+  // leading UTF-8 bytes) is safe to suppress.
+  const std::vector<std::string> music = {"♩", "♪", "♫", "♬", "♭", "♮", "♯"};
+
+  std::set<int32_t> ids;
+  // "-" and "'" are allowed inside words, not at their start.
+  for (const char* text : {" -", " '"}) {
+    const std::vector<int32_t> tokens = tokenizer.encode(text);
+    if (!tokens.empty()) ids.insert(tokens[0]);
+  }
+  auto suppress = [&](const std::string& symbol, bool first_token_is_enough) {
+    for (const std::string& text : {symbol, " " + symbol}) {
+      const std::vector<int32_t> tokens = tokenizer.encode(text);
+      if (tokens.size() == 1 || (first_token_is_enough && !tokens.empty())) ids.insert(tokens[0]);
+    }
+  };
+  for (const std::string& symbol : symbols) suppress(symbol, false);
+  for (const std::string& symbol : music) suppress(symbol, true);
+  for (int32_t special : {vocab.translate, vocab.transcribe, vocab.sot, vocab.sot_prev,
+                          vocab.sot_lm, vocab.no_speech}) {
+    if (special >= 0) ids.insert(special);
+  }
+  return {ids.begin(), ids.end()};
+}
+
+// A window may not begin with a space or end at once.
+std::vector<int32_t> default_begin_suppress_tokens(const text::BpeTokenizer& tokenizer,
+                                                   const Vocabulary& vocab) {
+  const std::vector<int32_t> space = tokenizer.encode(" ");
+  std::vector<int32_t> ids;
+  if (!space.empty()) ids.push_back(space.front());
+  ids.push_back(vocab.eot);
+  return ids;
+}
+
+// openai and transformers infer the number of languages from the vocabulary size, which only
+// works for the real vocabularies; for any other size (small test models) the language tokens are
+// the ones between <|startoftranscript|> and <|translate|>, as tokens.h lays them out.
+void find_languages_between_specials(const text::BpeTokenizer& tokenizer, Vocabulary& vocab) {
+  if (!vocab.languages.empty()) return;
+  for (int32_t id = vocab.sot + 1; id < vocab.translate; ++id) {
+    const std::string& token = tokenizer.token_bytes(id);
+    const bool bracketed = token.size() > 4 && token.starts_with("<|") && token.ends_with("|>");
+    const std::string code = bracketed ? token.substr(2, token.size() - 4) : "";
+    if (language_code(code) != code) {
+      fail("Whisper tokenizer: token ", id, " (", token,
+           ") between <|startoftranscript|> and <|translate|> is not a language");
+    }
+    if (vocab.languages.empty()) vocab.first_language = id;
+    vocab.languages.push_back(code);
+  }
+}
+
+struct Generation {
+  std::vector<int32_t> suppress_tokens;
+  std::vector<int32_t> begin_suppress_tokens;
+  int64_t max_initial_timestamp_index = 50;
+  bool multilingual = true;
+};
+
+Generation read_generation(const fs::path& dir, const Architecture& arch,
+                           const text::BpeTokenizer& tokenizer, const Vocabulary& vocab) {
+  const fs::path file = dir / "generation_config.json";
+  Generation generation;
+  const std::optional<Json> config = read_json_if_present(file);
+  if (!config) {
+    log::warn(dir.string(), ": no generation_config.json; using openai-whisper's defaults ",
+              "(suppress non-speech symbols, begin-suppress ' ' and <|endoftext|>, first ",
+              "timestamp at most 1.0 s)");
+    generation.suppress_tokens = default_suppress_tokens(tokenizer, vocab);
+    generation.begin_suppress_tokens = default_begin_suppress_tokens(tokenizer, vocab);
+    generation.multilingual = arch.vocab_size >= 51865;
+    return generation;
+  }
+  if (!config->is_object()) fail(file.string(), ": expected a JSON object");
+
+  auto ids_or = [&](std::string_view key, std::vector<int32_t> fallback) {
+    const Json* value = member(*config, key);
+    return value != nullptr ? integer_list(*value, file, key) : std::move(fallback);
+  };
+  generation.suppress_tokens = ids_or("suppress_tokens", default_suppress_tokens(tokenizer, vocab));
+  generation.begin_suppress_tokens =
+      ids_or("begin_suppress_tokens", default_begin_suppress_tokens(tokenizer, vocab));
+  for (const auto* list : {&generation.suppress_tokens, &generation.begin_suppress_tokens}) {
+    for (int32_t id : *list) {
+      if (id >= arch.vocab_size) {
+        fail(file.string(), ": suppressed token id ", id, " is beyond vocab_size ",
+             arch.vocab_size);
+      }
+    }
+  }
+  if (const Json* index = member(*config, "max_initial_timestamp_index")) {
+    generation.max_initial_timestamp_index = integer(*index, file, "max_initial_timestamp_index");
+    if (generation.max_initial_timestamp_index < 0 ||
+        generation.max_initial_timestamp_index > 100000) {
+      fail(file.string(), ": max_initial_timestamp_index ", generation.max_initial_timestamp_index,
+           " is out of range");
+    }
+  }
+  if (const Json* multilingual = member(*config, "is_multilingual")) {
+    if (!multilingual->is_boolean()) fail(file.string(), ": 'is_multilingual' should be a boolean");
+    generation.multilingual = multilingual->get<bool>();
+  } else {
+    generation.multilingual = arch.vocab_size >= 51865;
+  }
+
+  // The language list comes from the tokenizer; lang_to_id, when present, must agree with it.
+  if (const Json* lang_to_id = member(*config, "lang_to_id")) {
+    if (!lang_to_id->is_object()) fail(file.string(), ": 'lang_to_id' should be an object");
+    for (const auto& [token, id] : lang_to_id->items()) {
+      const int64_t number = integer(id, file, "lang_to_id");
+      const std::optional<int32_t> in_tokenizer = tokenizer.find(token);
+      if (!in_tokenizer || *in_tokenizer != number) {
+        fail(file.string(), ": lang_to_id maps ", token, " to ", number, " but the tokenizer ",
+             in_tokenizer ? "has it at " + std::to_string(*in_tokenizer) : std::string("lacks it"));
+      }
+      const int64_t index = number - vocab.first_language;
+      if (index < 0 || index >= static_cast<int64_t>(vocab.languages.size()) ||
+          "<|" + vocab.languages[index] + "|>" != token) {
+        fail(file.string(), ": lang_to_id entry ", token, " (", number,
+             ") is not among the language tokens between <|startoftranscript|> and <|translate|>");
+      }
+    }
+  }
+  return generation;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tensors
+
+// Matrices take the requested type; vectors and position tables stay F32 (they are small, and
+// precision there matters more than size).
+enum class Role { matrix, keep_f32 };
+
+struct PlannedTensor {
+  std::string name;  // hark's (and HF's, without "model.")
+  std::vector<int64_t> shape;
+  Role role;
+};
+
+std::vector<PlannedTensor> expected_tensors(const Architecture& arch) {
+  const int64_t d = arch.d_model;
+  std::vector<PlannedTensor> plan;
+  auto add = [&](std::string name, std::vector<int64_t> shape, Role role) {
+    plan.push_back({std::move(name), std::move(shape), role});
+  };
+  auto attention = [&](const std::string& prefix) {
+    for (const char* projection : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      add(prefix + "." + projection + ".weight", {d, d}, Role::matrix);
+      // Whisper's key projections have no bias.
+      if (std::strcmp(projection, "k_proj") != 0) {
+        add(prefix + "." + projection + ".bias", {d}, Role::keep_f32);
+      }
+    }
+  };
+  auto norm = [&](const std::string& prefix) {
+    add(prefix + ".weight", {d}, Role::keep_f32);
+    add(prefix + ".bias", {d}, Role::keep_f32);
+  };
+  auto feed_forward = [&](const std::string& prefix, int64_t ffn) {
+    add(prefix + ".fc1.weight", {ffn, d}, Role::matrix);
+    add(prefix + ".fc1.bias", {ffn}, Role::keep_f32);
+    add(prefix + ".fc2.weight", {d, ffn}, Role::matrix);
+    add(prefix + ".fc2.bias", {d}, Role::keep_f32);
+  };
+
+  add("encoder.conv1.weight", {d, arch.n_mels, 3}, Role::matrix);
+  add("encoder.conv1.bias", {d}, Role::keep_f32);
+  add("encoder.conv2.weight", {d, d, 3}, Role::matrix);
+  add("encoder.conv2.bias", {d}, Role::keep_f32);
+  add("encoder.embed_positions.weight", {arch.max_source_positions, d}, Role::keep_f32);
+  for (int64_t layer = 0; layer < arch.encoder_layers; ++layer) {
+    const std::string prefix = "encoder.layers." + std::to_string(layer);
+    attention(prefix + ".self_attn");
+    norm(prefix + ".self_attn_layer_norm");
+    feed_forward(prefix, arch.encoder_ffn);
+    norm(prefix + ".final_layer_norm");
+  }
+  norm("encoder.layer_norm");
+
+  add("decoder.embed_tokens.weight", {arch.vocab_size, d}, Role::matrix);
+  add("decoder.embed_positions.weight", {arch.max_target_positions, d}, Role::keep_f32);
+  for (int64_t layer = 0; layer < arch.decoder_layers; ++layer) {
+    const std::string prefix = "decoder.layers." + std::to_string(layer);
+    attention(prefix + ".self_attn");
+    norm(prefix + ".self_attn_layer_norm");
+    attention(prefix + ".encoder_attn");
+    norm(prefix + ".encoder_attn_layer_norm");
+    feed_forward(prefix, arch.decoder_ffn);
+    norm(prefix + ".final_layer_norm");
+  }
+  norm("decoder.layer_norm");
+  return plan;
+}
+
+DType stored_type(const PlannedTensor& tensor, DType requested) {
+  if (tensor.role == Role::keep_f32) return DType::F32;
+  if (requested == DType::Q8_0 && tensor.shape.back() % 32 != 0) return DType::F16;
+  return requested;
+}
+
+uint32_t gguf_file_type(DType type) {
+  // llama.cpp's LLAMA_FTYPE numbering, which general.file_type uses.
+  switch (type) {
+    case DType::F32:
+      return 0;
+    case DType::F16:
+      return 1;
+    case DType::Q8_0:
+      return 7;
+    case DType::BF16:
+      return 32;
+    default:
+      fail("hark convert: --type ", dtype_name(type), " is not supported");
+  }
+}
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+// The checkpoint's bytes of one tensor in `target` type. Every value is checked, even when the
+// bytes are copied as they are: a NaN or infinite weight fails nowhere later, it just makes every
+// transcript garbage.
+std::vector<uint8_t> convert_tensor(const safetensors::TensorView& source, DType target,
+                                    const std::string& name) {
+  const DType source_type = safetensors::to_dtype(source.type);
+  const auto count = static_cast<size_t>(source.elements());
+  std::vector<float> values(count);
+  quant::to_f32(source_type, source.data, values.data(), count);
+  for (size_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i])) fail("tensor ", name, " holds ", values[i], " at element ", i);
+    if (target == DType::F16 && std::fabs(values[i]) > 65504.0f) {
+      fail("tensor ", name, " holds ", values[i], " at element ", i,
+           ", beyond F16's range; convert with --type f32 or bf16");
+    }
+  }
+  if (source_type == target) return std::vector<uint8_t>(source.data, source.data + source.nbytes);
+  return quant::from_f32(target, values.data(), count);
+}
+
+std::string directory_name(const fs::path& dir) {
+  fs::path normal = dir.lexically_normal();
+  if (normal.filename().empty()) normal = normal.parent_path();
+  std::string name = normal.filename().string();
+  if (name.empty() || name == ".") name = fs::absolute(dir).lexically_normal().filename().string();
+  return name.empty() ? "whisper" : name;
+}
+
+}  // namespace
+
+void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, DType type,
+                        const ConvertProgress& progress) {
+  const fs::path dir(hf_dir);
+  if (!fs::is_directory(dir)) fail(hf_dir, ": not a directory (expected a Hugging Face model)");
+  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0) {
+    fail("hark convert: --type ", dtype_name(type), " is not supported (f32, f16, bf16, q8_0)");
+  }
+
+  const Architecture arch = read_architecture(dir);
+  const AudioFrontEnd front_end = read_front_end(dir, arch);
+  const text::BpeTokenizer tokenizer = read_tokenizer(dir);
+  if (tokenizer.vocab_size() > arch.vocab_size) {
+    fail(hf_dir, ": the tokenizer has ", tokenizer.vocab_size(), " tokens, more than config.json ",
+         "vocab_size ", arch.vocab_size);
+  }
+  Vocabulary vocab = find_vocabulary(tokenizer, static_cast<int32_t>(arch.vocab_size));
+  find_languages_between_specials(tokenizer, vocab);
+  if (vocab.timestamp_begin >= arch.vocab_size) {
+    fail(hf_dir, ": <|notimestamps|> is the last of config.json's ", arch.vocab_size,
+         " tokens; there is no room for timestamp tokens");
+  }
+  if (arch.decoder_start_token_id && *arch.decoder_start_token_id != vocab.sot) {
+    fail(hf_dir, "/config.json: decoder_start_token_id ", *arch.decoder_start_token_id,
+         " is not the tokenizer's <|startoftranscript|> (", vocab.sot, ")");
+  }
+  if (arch.eos_token_id && *arch.eos_token_id != vocab.eot) {
+    fail(hf_dir, "/config.json: eos_token_id ", *arch.eos_token_id,
+         " is not the tokenizer's <|endoftext|> (", vocab.eot, ")");
+  }
+  const Generation generation = read_generation(dir, arch, tokenizer, vocab);
+
+  const auto checkpoint =
+      std::make_shared<safetensors::Checkpoint>(safetensors::Checkpoint::open(hf_dir));
+  const std::vector<PlannedTensor> plan = expected_tensors(arch);
+
+  // Find every tensor and check its shape before writing anything.
+  std::vector<const safetensors::TensorView*> sources;
+  std::set<std::string, std::less<>> used;
+  for (const PlannedTensor& tensor : plan) {
+    const std::string prefixed = "model." + tensor.name;
+    const safetensors::TensorView* source = checkpoint->find(prefixed);
+    if (source == nullptr) source = checkpoint->find(tensor.name);
+    if (source == nullptr) {
+      fail(hf_dir, ": the checkpoint has no tensor ", prefixed, " ", shape_text(tensor.shape));
+    }
+    if (source->shape != tensor.shape) {
+      fail(hf_dir, ": tensor ", source->name, " has shape ", shape_text(source->shape),
+           ", config.json implies ", shape_text(tensor.shape));
+    }
+    switch (source->type) {
+      case safetensors::ElementType::F32:
+      case safetensors::ElementType::F16:
+      case safetensors::ElementType::BF16:
+      case safetensors::ElementType::F64:
+        break;
+      default:
+        fail(hf_dir, ": tensor ", source->name, " is ",
+             safetensors::element_type_name(source->type), "; expected F32, F16 or BF16");
+    }
+    used.insert(source->name);
+    sources.push_back(source);
+  }
+  for (const std::string& name : checkpoint->names()) {
+    // proj_out is the token embedding (tie_word_embeddings was checked above).
+    if (used.count(name) == 0 && name != "proj_out.weight") {
+      log::warn(hf_dir, ": ignoring tensor ", name, ", which Whisper does not use");
+    }
+  }
+
+  gguf::Writer writer;
+  writer.set_string("general.architecture", "whisper");
+  writer.set_string("general.name", directory_name(dir));
+  writer.set_u32("general.file_type", gguf_file_type(type));
+  writer.set_u32("general.alignment", 32);
+  tokenizer.write_gguf(writer);
+
+  const auto u32 = [](int64_t value) { return static_cast<uint32_t>(value); };
+  writer.set_u32("whisper.vocab_size", u32(arch.vocab_size));
+  writer.set_u32("whisper.n_mels", u32(arch.n_mels));
+  writer.set_u32("whisper.d_model", u32(arch.d_model));
+  writer.set_u32("whisper.encoder.layers", u32(arch.encoder_layers));
+  writer.set_u32("whisper.encoder.heads", u32(arch.encoder_heads));
+  writer.set_u32("whisper.encoder.ffn_dim", u32(arch.encoder_ffn));
+  writer.set_u32("whisper.decoder.layers", u32(arch.decoder_layers));
+  writer.set_u32("whisper.decoder.heads", u32(arch.decoder_heads));
+  writer.set_u32("whisper.decoder.ffn_dim", u32(arch.decoder_ffn));
+  writer.set_u32("whisper.max_source_positions", u32(arch.max_source_positions));
+  writer.set_u32("whisper.max_target_positions", u32(arch.max_target_positions));
+  writer.set_i32("whisper.token.eot", vocab.eot);
+  writer.set_i32("whisper.token.sot", vocab.sot);
+  writer.set_i32("whisper.token.translate", vocab.translate);
+  writer.set_i32("whisper.token.transcribe", vocab.transcribe);
+  writer.set_i32("whisper.token.sot_lm", vocab.sot_lm);
+  writer.set_i32("whisper.token.sot_prev", vocab.sot_prev);
+  writer.set_i32("whisper.token.no_speech", vocab.no_speech);
+  writer.set_i32("whisper.token.no_timestamps", vocab.no_timestamps);
+  writer.set_i32("whisper.token.timestamp_begin", vocab.timestamp_begin);
+  writer.set_strings("whisper.languages", vocab.languages);
+  writer.set_bool("whisper.multilingual", generation.multilingual);
+  writer.set_i32s("whisper.suppress_tokens", generation.suppress_tokens);
+  writer.set_i32s("whisper.begin_suppress_tokens", generation.begin_suppress_tokens);
+  writer.set_u32("whisper.max_initial_timestamp_index",
+                 u32(generation.max_initial_timestamp_index));
+  writer.set_u32("whisper.sample_rate", u32(front_end.sample_rate));
+  writer.set_u32("whisper.n_fft", u32(front_end.n_fft));
+  writer.set_u32("whisper.hop_length", u32(front_end.hop_length));
+  writer.set_u32("whisper.chunk_length", u32(front_end.chunk_length));
+
+  const int total = static_cast<int>(plan.size());
+  for (int index = 0; index < total; ++index) {
+    const PlannedTensor& tensor = plan[index];
+    const safetensors::TensorView* source = sources[index];
+    const DType target = stored_type(tensor, type);
+    // The producer runs while the file is written; the checkpoint's mapping lives until then.
+    writer.add_tensor(tensor.name, target, tensor.shape,
+                      [checkpoint, source, target, &tensor, index, total, &progress] {
+                        if (progress) progress(index, total, tensor.name);
+                        return convert_tensor(*source, target, tensor.name);
+                      });
+  }
+  writer.write(out_path);
+  if (progress) progress(total, total, "");
+}
+
+}  // namespace hark::whisper

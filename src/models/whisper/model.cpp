@@ -1,0 +1,141 @@
+// Model::load and the three objects behind model.h: the model (config, vocabulary, weights bound
+// to the mapped GGUF), an encoded window (encoder output + cross-attention K/V), and a decoder
+// session (n sequences with their caches).
+#include "models/whisper/model.h"
+
+#include <memory>
+#include <vector>
+
+#include "base/error.h"
+#include "format/gguf.h"
+#include "models/whisper/config.h"
+#include "models/whisper/decoder.h"
+#include "models/whisper/encoder.h"
+#include "models/whisper/weights.h"
+
+namespace hark::whisper {
+
+namespace {
+
+// More parallel sequences than any search uses (beam 5 x best_of 5); a larger number is a bug.
+constexpr int kMaxSequences = 256;
+
+class WhisperModel;
+
+class WhisperWindow final : public EncodedWindow {
+ public:
+  explicit WhisperWindow(const WhisperModel* owner) : owner(owner) {}
+  std::vector<float> frames() const override {
+    return {encoded.values().begin(), encoded.values().end()};
+  }
+
+  const WhisperModel* owner;
+  compute::Tensor encoded;  // [1, S, d]
+  CrossKv cross;
+};
+
+class WhisperSession final : public DecoderSession {
+ public:
+  WhisperSession(const Config& config, const DecoderWeights& weights,
+                 std::shared_ptr<const WhisperWindow> window, int n_sequences)
+      : config_(config),
+        weights_(weights),
+        window_(std::move(window)),
+        state_(config, n_sequences) {}
+
+  int n_sequences() const override { return state_.n_sequences; }
+  int length() const override { return state_.length; }
+
+  std::vector<float> advance(const std::vector<std::vector<int32_t>>& tokens,
+                             const std::vector<int>& positions) override {
+    if (static_cast<int>(tokens.size()) != state_.n_sequences) {
+      fail("whisper decoder: tokens for ", tokens.size(), " sequences, the session has ",
+           state_.n_sequences);
+    }
+    const size_t steps = tokens[0].size();
+    if (steps == 0) fail("whisper decoder: advance() with no tokens");
+    flat_tokens_.clear();
+    for (const std::vector<int32_t>& sequence : tokens) {
+      if (sequence.size() != steps) {
+        fail("whisper decoder: every sequence must append the same number of tokens (", steps,
+             " and ", sequence.size(), ")");
+      }
+      flat_tokens_.insert(flat_tokens_.end(), sequence.begin(), sequence.end());
+    }
+    last_position_[0] = static_cast<int>(steps) - 1;
+    std::span<const int> wanted =
+        positions.empty() ? std::span<const int>(last_position_) : std::span<const int>(positions);
+    run_decoder(config_, weights_, window_->cross, state_, flat_tokens_, static_cast<int>(steps),
+                wanted, logits_);
+    return {logits_.values().begin(), logits_.values().end()};
+  }
+
+  void reorder(std::span<const int> source) override {
+    if (static_cast<int>(source.size()) != state_.n_sequences) {
+      fail("whisper decoder: reorder with ", source.size(), " sources for ", state_.n_sequences,
+           " sequences");
+    }
+    for (int s : source) {
+      if (s < 0 || s >= state_.n_sequences) {
+        fail("whisper decoder: reorder source ", s, " of ", state_.n_sequences, " sequences");
+      }
+    }
+    for (nn::KvCache& cache : state_.caches) cache.reorder(source);
+  }
+
+ private:
+  const Config& config_;
+  const DecoderWeights& weights_;
+  std::shared_ptr<const WhisperWindow> window_;
+  DecoderState state_;
+  std::vector<int32_t> flat_tokens_;
+  int last_position_[1] = {0};
+  compute::Tensor logits_;
+};
+
+class WhisperModel final : public Model {
+ public:
+  explicit WhisperModel(std::shared_ptr<const gguf::File> file)
+      : file_(std::move(file)),
+        config_(read_config(*file_)),
+        vocabulary_(read_vocabulary(*file_, config_)),
+        weights_(bind_weights(*file_, config_)) {}
+
+  const Config& config() const override { return config_; }
+  const Vocabulary& vocabulary() const override { return vocabulary_; }
+
+  std::shared_ptr<const EncodedWindow> encode(std::span<const float> mel) const override {
+    auto window = std::make_shared<WhisperWindow>(this);
+    run_encoder(config_, weights_.encoder, mel, window->encoded);
+    project_cross_kv(weights_.decoder, window->encoded, window->cross);
+    return window;
+  }
+
+  std::unique_ptr<DecoderSession> start(std::shared_ptr<const EncodedWindow> window,
+                                        int n_sequences) const override {
+    auto ours = std::dynamic_pointer_cast<const WhisperWindow>(window);
+    if (ours == nullptr || ours->owner != this) {
+      fail("whisper decoder: the window was not encoded by this model");
+    }
+    if (n_sequences < 1 || n_sequences > kMaxSequences) {
+      fail("whisper decoder: ", n_sequences, " sequences (1 to ", kMaxSequences, " allowed)");
+    }
+    return std::make_unique<WhisperSession>(config_, weights_.decoder, std::move(ours),
+                                            n_sequences);
+  }
+
+ private:
+  std::shared_ptr<const gguf::File> file_;
+  Config config_;
+  Vocabulary vocabulary_;
+  Weights weights_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
+  if (file == nullptr) fail("whisper: no model file");
+  return std::make_unique<WhisperModel>(std::move(file));
+}
+
+}  // namespace hark::whisper

@@ -1,0 +1,339 @@
+#include "models/whisper/transcribe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <random>
+#include <string_view>
+
+#include "base/error.h"
+#include "features/whisper_mel.h"
+#include "models/whisper/logit_rules.h"
+#include "models/whisper/search.h"
+#include "models/whisper/tokens.h"
+#include "text/bpe.h"
+
+// Long-form decoding follows openai's transcribe.py. transformers' long-form generate() decodes
+// the same windows and seeks the same way (split_window), with these differences:
+// - condition_on_prev_tokens is off unless asked for, and a window decoded at a temperature of
+//   0.5 or more leaves only the next window unconditioned, where openai drops the earlier text
+//   for good;
+// - segments without text or of zero length still feed the next prompt (openai clears them);
+// - compression ratios are computed on the token ids (2 bytes each), not on the text;
+// - max_new_tokens defaults to what fits the decoder context (openai: half the context);
+// - short audio (one window) is decoded from transformers' 30-s padded log-mel instead of the
+//   long-form one, so its frames past the audio hold the log-mel of silence, not zeros.
+// And hark drops the segments openai clears (no text, or zero length) from the result.
+
+namespace hark::whisper {
+namespace {
+
+constexpr int kHopLength = features::kWhisperHopLength;
+constexpr int kSampleRate = features::kWhisperSampleRate;
+
+bool is_space(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r');
+}
+
+std::string_view strip(std::string_view text) {
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+void validate(const Options& options) {
+  if (options.temperatures.empty()) fail("Whisper options: no temperature given");
+  for (float t : options.temperatures) {
+    if (!std::isfinite(t) || t < 0) {
+      fail("Whisper options: temperature ", t, " (must be 0 or more)");
+    }
+  }
+  if (options.beam_size < 0) fail("Whisper options: beam_size ", options.beam_size);
+  if (options.best_of < 1) fail("Whisper options: best_of ", options.best_of, " (at least 1)");
+  if (options.max_tokens < 0) fail("Whisper options: max_tokens ", options.max_tokens);
+  for (float threshold : {options.compression_ratio_threshold, options.logprob_threshold,
+                          options.no_speech_threshold}) {
+    if (std::isnan(threshold)) fail("Whisper options: a threshold is NaN");
+  }
+}
+
+// The language token to decode with (-1 for English-only models) and its code.
+struct LanguageChoice {
+  int32_t token = -1;
+  std::string code;
+};
+
+// `first_window`: encodes the first window, only when the language must be detected.
+template <class EncodeFirst>
+LanguageChoice choose_language(const Model& model, const Options& options,
+                               EncodeFirst&& first_window) {
+  const Vocabulary& vocabulary = model.vocabulary();
+  std::string code;
+  if (!options.language.empty()) {
+    // A code ("de") or a name ("German"), as openai's --language accepts.
+    const std::optional<std::string_view> known = language_code(options.language);
+    code = known ? std::string(*known) : options.language;
+  }
+  if (!vocabulary.multilingual) {
+    if (!code.empty() && code != "en") {
+      fail("this Whisper model is English-only; it cannot transcribe language '", options.language,
+           "'");
+    }
+    if (options.task == Task::translate) {
+      fail("this Whisper model is English-only; it cannot translate");
+    }
+    return {-1, "en"};
+  }
+  if (!code.empty()) return {vocabulary.language_token(code), code};
+  LanguageDetection detection = detect_language(model, first_window());
+  return {detection.token, detection.code};
+}
+
+// Frames [seek, seek + count) of each mel row, zero-padded to window_frames.
+std::vector<float> window_at(std::span<const float> mel, int n_mels, int64_t total_frames,
+                             int64_t seek, int64_t count, int window_frames) {
+  std::vector<float> window(static_cast<size_t>(n_mels) * window_frames, 0.0f);
+  for (int row = 0; row < n_mels; ++row) {
+    const float* from = mel.data() + row * total_frames + seek;
+    std::copy(from, from + count, window.begin() + static_cast<int64_t>(row) * window_frames);
+  }
+  return window;
+}
+
+// The text tokens of tokens[first, last): everything before <|endoftext|> (openai's segments).
+std::vector<int32_t> text_tokens(std::span<const int32_t> tokens, int32_t eot) {
+  std::vector<int32_t> text;
+  for (int32_t token : tokens) {
+    if (token < eot) text.push_back(token);
+  }
+  return text;
+}
+
+struct Decoded {
+  WindowResult result;
+  float compression_ratio = 0;
+};
+
+// openai's decode_with_fallback: up the temperature ladder until the text is neither repetitive
+// nor unlikely (or is judged silent).
+Decoded decode_with_fallback(const Model& model, const text::BpeTokenizer& tokenizer,
+                             const std::shared_ptr<const EncodedWindow>& window,
+                             const Prompt& prompt, const LogitRules& rules, const Options& options,
+                             int max_tokens, std::mt19937_64& random) {
+  const Vocabulary& vocabulary = model.vocabulary();
+  const size_t attempts = options.fallback ? options.temperatures.size() : 1;
+  Decoded decoded;
+  for (size_t attempt = 0; attempt < attempts; ++attempt) {
+    SearchOptions search;
+    search.temperature = options.temperatures[attempt];
+    search.beam_size = std::max(options.beam_size, 1);
+    search.best_of = options.best_of;
+    search.max_tokens = max_tokens;
+    search.random = &random;
+    decoded.result = decode_window(model, window, prompt, rules, search);
+
+    // openai's DecodingResult.text: every token but the timestamps, specials as their names.
+    std::vector<int32_t> non_timestamps;
+    for (int32_t token : decoded.result.tokens) {
+      if (token < vocabulary.timestamp_begin) non_timestamps.push_back(token);
+    }
+    decoded.compression_ratio = compression_ratio(strip(tokenizer.decode(non_timestamps)));
+
+    const WindowResult& result = decoded.result;
+    bool needs_fallback = decoded.compression_ratio > options.compression_ratio_threshold ||
+                          result.avg_logprob < options.logprob_threshold;
+    if (result.no_speech_prob > options.no_speech_threshold &&
+        result.avg_logprob < options.logprob_threshold) {
+      needs_fallback = false;  // silence: a higher temperature would only invent words
+    }
+    if (!needs_fallback) break;
+  }
+  return decoded;
+}
+
+}  // namespace
+
+WindowSplit split_window(std::span<const int32_t> tokens, int32_t timestamp_begin,
+                         int64_t segment_frames, int input_stride) {
+  const double time_precision = static_cast<double>(input_stride) * kHopLength / kSampleRate;
+  auto is_timestamp = [&](size_t i) { return tokens[i] >= timestamp_begin; };
+  auto position = [&](size_t i) { return is_timestamp(i) ? tokens[i] - timestamp_begin : 0; };
+  const size_t n = tokens.size();
+
+  WindowSplit split;
+  std::vector<size_t> slices;  // where a pair's second timestamp starts a new segment
+  for (size_t i = 1; i < n; ++i) {
+    if (is_timestamp(i - 1) && is_timestamp(i)) slices.push_back(i);
+  }
+  const bool single_timestamp_ending = n >= 2 && !is_timestamp(n - 2) && is_timestamp(n - 1);
+
+  if (!slices.empty()) {
+    if (single_timestamp_ending) slices.push_back(n);
+    size_t first = 0;
+    for (size_t last : slices) {
+      split.segments.push_back(
+          {first, last, position(first) * time_precision, position(last - 1) * time_precision});
+      first = last;
+    }
+    if (single_timestamp_ending) {
+      split.advance = segment_frames;  // no speech after the last timestamp
+      split.kept = n;
+    } else {
+      // Cut mid-speech: seek to the last pair and decode what follows again.
+      split.advance = static_cast<int64_t>(position(first - 1)) * input_stride;
+      split.kept = first + 1;
+    }
+  } else {
+    double end = static_cast<double>(segment_frames) * kHopLength / kSampleRate;
+    for (size_t i = n; i-- > 0;) {
+      if (!is_timestamp(i)) continue;
+      if (position(i) > 0) end = position(i) * time_precision;  // speech ends at the last one
+      break;
+    }
+    split.segments.push_back({0, n, 0.0, end});
+    split.advance = segment_frames;
+    split.kept = n;
+  }
+  // <|0.00|><|0.00|> as the last pair would decode the same window again, forever.
+  if (split.advance <= 0) split.advance = segment_frames;
+  return split;
+}
+
+Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenizer,
+                          std::span<const float> mel, int64_t content_frames,
+                          const Options& options) {
+  validate(options);
+  const Config& config = model.config();
+  const Vocabulary& vocabulary = model.vocabulary();
+  const int n_mels = config.n_mels;
+  const int window_frames = config.window_frames();
+  if (n_mels <= 0 || window_frames <= 0 || config.max_source_positions <= 0) {
+    fail("Whisper transcribe: invalid model config (", n_mels, " mels, ", window_frames,
+         " frames per window)");
+  }
+  if (mel.size() % n_mels != 0) {
+    fail("Whisper transcribe: ", mel.size(), " log-mel values are not ", n_mels, " rows");
+  }
+  const int64_t total_frames = static_cast<int64_t>(mel.size() / n_mels);
+  if (content_frames < 0 || content_frames > total_frames) {
+    fail("Whisper transcribe: ", content_frames, " frames of audio in a log-mel of ", total_frames,
+         " frames");
+  }
+  const int input_stride = window_frames / config.max_source_positions;
+
+  Transcript transcript;
+  transcript.duration = static_cast<double>(content_frames) * kHopLength / kSampleRate;
+  const LanguageChoice language = choose_language(model, options, [&] {
+    const int64_t count = std::min<int64_t>(total_frames, window_frames);
+    return model.encode(window_at(mel, n_mels, total_frames, 0, count, window_frames));
+  });
+  transcript.language = language.code;
+  const int32_t task =
+      options.task == Task::translate ? vocabulary.translate : vocabulary.transcribe;
+
+  const LogitRules rules(vocabulary, config.vocab_size, options.timestamps);
+  const int max_tokens =
+      options.max_tokens > 0 ? options.max_tokens : config.max_target_positions / 2;
+  std::mt19937_64 random(options.seed);
+
+  // The initial prompt's tokens, then every kept segment's; a window's prompt is all_tokens from
+  // prompt_reset_since on (or, carrying the initial prompt, that prompt and the newest of them).
+  std::vector<int32_t> initial_prompt;
+  if (!options.initial_prompt.empty()) {
+    std::string text = " ";  // openai encodes " " + the stripped prompt
+    text += strip(options.initial_prompt);
+    initial_prompt = tokenizer.encode(text);
+  }
+  std::vector<int32_t> all_tokens = initial_prompt;
+  size_t prompt_reset_since = 0;
+  const size_t carried_text = static_cast<size_t>(
+      std::max<int64_t>(config.max_target_positions / 2 - 1 - int64_t(initial_prompt.size()), 0));
+
+  int64_t seek = 0;
+  while (seek < content_frames) {
+    const int64_t segment_frames = std::min<int64_t>(window_frames, content_frames - seek);
+    const double time_offset = static_cast<double>(seek) * kHopLength / kSampleRate;
+    const std::shared_ptr<const EncodedWindow> window =
+        model.encode(window_at(mel, n_mels, total_frames, seek, segment_frames, window_frames));
+    std::vector<int32_t> previous;
+    if (options.carry_initial_prompt) {
+      const size_t since = std::max(initial_prompt.size(), prompt_reset_since);
+      const size_t from =
+          std::max(since, all_tokens.size() - std::min(all_tokens.size(), carried_text));
+      previous = initial_prompt;
+      previous.insert(previous.end(), all_tokens.begin() + from, all_tokens.end());
+    } else {
+      previous.assign(all_tokens.begin() + prompt_reset_since, all_tokens.end());
+    }
+    const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, previous,
+                                      language.token, task, options.timestamps);
+    const Decoded decoded =
+        decode_with_fallback(model, tokenizer, window, prompt, rules, options, max_tokens, random);
+    const WindowResult& result = decoded.result;
+
+    WindowReport report;
+    report.seek = seek;
+    report.frames = segment_frames;
+    report.prompt = prompt.tokens;
+    report.tokens = result.tokens;
+    report.temperature = result.temperature;
+    report.avg_logprob = result.avg_logprob;
+    report.no_speech_prob = result.no_speech_prob;
+    report.compression_ratio = decoded.compression_ratio;
+
+    // Silence: a likely <|nospeech|> and no confident text.
+    report.skipped = result.no_speech_prob > options.no_speech_threshold &&
+                     !(result.avg_logprob > options.logprob_threshold);
+    if (report.skipped) {
+      seek += segment_frames;
+    } else {
+      const WindowSplit split =
+          split_window(result.tokens, vocabulary.timestamp_begin, segment_frames, input_stride);
+      report.kept = split.kept;
+      for (const WindowSegment& piece : split.segments) {
+        const std::span<const int32_t> tokens =
+            std::span<const int32_t>(result.tokens).subspan(piece.first, piece.last - piece.first);
+        Segment segment;
+        segment.start = time_offset + piece.start;
+        segment.end = time_offset + piece.end;
+        segment.text = tokenizer.decode(text_tokens(tokens, vocabulary.eot));
+        // openai clears a segment without text or duration (its tokens leave the prompt too).
+        if (segment.start == segment.end || strip(segment.text).empty()) continue;
+        segment.tokens.assign(tokens.begin(), tokens.end());
+        segment.avg_logprob = result.avg_logprob;
+        segment.no_speech_prob = result.no_speech_prob;
+        segment.temperature = result.temperature;
+        segment.compression_ratio = decoded.compression_ratio;
+        all_tokens.insert(all_tokens.end(), tokens.begin(), tokens.end());
+        transcript.segments.push_back(std::move(segment));
+      }
+      seek += split.advance;
+      if (!options.condition_on_previous_text || result.temperature > 0.5f) {
+        prompt_reset_since = all_tokens.size();  // text sampled that hot misleads the next window
+      }
+    }
+    if (options.on_window) options.on_window(report);
+    if (options.on_progress) {
+      options.on_progress(static_cast<double>(std::min(seek, content_frames)) /
+                          static_cast<double>(content_frames));
+    }
+  }
+  return transcript;
+}
+
+Transcript transcribe(const Model& model, const text::BpeTokenizer& tokenizer,
+                      std::span<const float> samples, const Options& options) {
+  if (samples.empty()) fail("Whisper transcribe: the audio is empty (0 samples)");
+  validate(options);
+  const features::MelSpectrogram spectrogram(features::whisper_mel_config(model.config().n_mels));
+  const std::vector<float> mel = features::whisper_long_log_mel(spectrogram, samples);
+  // The spectrogram covers the samples and the 30 s of zeros after them.
+  const int64_t total_frames = static_cast<int64_t>(mel.size()) / model.config().n_mels;
+  const int64_t content_frames =
+      std::max<int64_t>(total_frames - features::kWhisperWindowFrames, 0);
+  Transcript transcript = transcribe_mel(model, tokenizer, mel, content_frames, options);
+  transcript.duration = static_cast<double>(samples.size()) / kSampleRate;
+  return transcript;
+}
+
+}  // namespace hark::whisper

@@ -1,0 +1,130 @@
+// Whisper's encoder and decoder against Hugging Face transformers (tests/data/whisper, made by
+// tools/oracle/whisper.py): the checkpoint is converted to GGUF, the reference log-mel encoded,
+// the reference prompt decoded, and the encoder output and logits compared.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "format/safetensors.h"
+#include "models/whisper/convert.h"
+#include "models/whisper/model.h"
+#include "support/tiny_whisper.h"
+
+namespace hark::whisper {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<float> reference_values(const safetensors::File& file, const std::string& name) {
+  const safetensors::TensorView& view = file.tensor(name);
+  std::vector<float> values(static_cast<size_t>(view.elements()));
+  quant::to_f32(safetensors::to_dtype(view.type), view.data, values.data(), values.size());
+  return values;
+}
+
+// max |a - b| / max |b|.
+double relative_error(std::span<const float> actual, std::span<const float> expected) {
+  EXPECT_EQ(actual.size(), expected.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
+    diff = std::max(diff, std::abs(double(actual[i]) - expected[i]));
+    scale = std::max(scale, std::abs(double(expected[i])));
+  }
+  return scale == 0 ? diff : diff / scale;
+}
+
+struct ParityCase {
+  const char* model;
+  DType type;
+};
+
+class WhisperModelParity : public ::testing::TestWithParam<ParityCase> {};
+
+TEST_P(WhisperModelParity, EncoderAndLogitsMatchTransformers) {
+  const ParityCase c = GetParam();
+  const fs::path dir = fs::path(HARK_TEST_DATA) / "whisper" / c.model;
+  if (!fs::exists(dir / "reference.safetensors") || !fs::exists(dir / "reference.json") ||
+      !fs::exists(dir / "config.json")) {
+    GTEST_SKIP() << "no reference data in " << dir << " (made by tools/oracle/whisper.py)";
+  }
+  testing::TempDir temp;
+  const std::string gguf_path = (temp / "model.gguf").string();
+  convert_checkpoint(dir.string(), gguf_path, c.type);
+  const auto model = Model::load(gguf::File::open(gguf_path));
+  const Config& config = model->config();
+
+  const auto reference = safetensors::File::open((dir / "reference.safetensors").string());
+  std::ifstream json_stream(dir / "reference.json");
+  const nlohmann::json info = nlohmann::json::parse(json_stream);
+  const std::vector<int32_t> prompt = info.at("prompt").get<std::vector<int32_t>>();
+  ASSERT_FALSE(prompt.empty());
+
+  int compared = 0;
+  for (const char* audio : {"jfk", "beckett", "librivox-0870"}) {
+    const std::string mel_name = std::string("mel.") + audio;
+    if (reference->find(mel_name) == nullptr) continue;
+    SCOPED_TRACE(audio);
+    const std::vector<float> mel = reference_values(*reference, mel_name);
+    ASSERT_EQ(mel.size(), size_t(config.n_mels) * config.window_frames());
+    const auto window = model->encode(mel);
+
+    const std::vector<float> expected_frames =
+        reference_values(*reference, std::string("encoder.") + audio);
+    EXPECT_LE(relative_error(window->frames(), expected_frames), 1e-4);
+
+    // Logits at every prompt position when the reference has them ([n_prompt, vocab]), else at
+    // the last one ([vocab]).
+    const safetensors::TensorView& logits_view = reference->tensor(std::string("logits.") + audio);
+    const std::vector<float> expected_logits =
+        reference_values(*reference, std::string("logits.") + audio);
+    std::vector<int> positions;
+    if (logits_view.shape.size() == 2) {
+      ASSERT_EQ(logits_view.shape[0], int64_t(prompt.size()));
+      for (size_t p = 0; p < prompt.size(); ++p) positions.push_back(int(p));
+    } else {
+      positions.push_back(int(prompt.size()) - 1);
+    }
+    auto session = model->start(window, 1);
+    const std::vector<float> logits = session->advance({prompt}, positions);
+    EXPECT_LE(relative_error(logits, expected_logits), 1e-4);
+
+    // The same logits one token at a time through the K/V cache.
+    auto stepwise = model->start(window, 1);
+    std::vector<float> last;
+    for (int32_t token : prompt) last = stepwise->advance({{token}});
+    const size_t vocab = size_t(config.vocab_size);
+    std::span<const float> expected_last(expected_logits.data() + expected_logits.size() - vocab,
+                                         vocab);
+    EXPECT_LE(relative_error(last, expected_last), 1e-4);
+    ++compared;
+  }
+  EXPECT_GT(compared, 0) << "reference.safetensors has no mel.<audio> tensor";
+}
+
+// The checkpoints are F16, so an F16 (or F32) conversion holds exactly the reference's weights.
+INSTANTIATE_TEST_SUITE_P(Models, WhisperModelParity,
+                         ::testing::Values(ParityCase{"tiny-random-large-v3", DType::F16},
+                                           ParityCase{"tiny-random-large-v3", DType::F32},
+                                           ParityCase{"tiny-random-tiny.en", DType::F16}),
+                         [](const auto& info) {
+                           std::string name = std::string(info.param.model) + "_" +
+                                              std::string(dtype_name(info.param.type));
+                           std::replace_if(
+                               name.begin(), name.end(),
+                               [](char ch) {
+                                 return !std::isalnum(static_cast<unsigned char>(ch));
+                               },
+                               '_');
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace hark::whisper
