@@ -55,7 +55,9 @@ bool encoding_of(AVSampleFormat format, Encoding& encoding) {
 }
 
 // Demuxers such as HLS, DASH or concat open further files or URLs named inside the input. An
-// uploaded playlist must not make hark read local files or the network, so all such opens fail.
+// uploaded playlist must not make hark read local files or the network, so all such opens fail:
+// those that go through the context's io_open here, those that open a context of their own (concat)
+// through the protocol whitelist it inherits.
 int refuse_nested_open(AVFormatContext*, AVIOContext**, const char*, int, AVDictionary**) {
   return AVERROR(EPERM);
 }
@@ -112,6 +114,9 @@ class FfmpegDecoder final : public Decoder {
     if (!format_) fail("out of memory opening '", name, "'");
     format_->pb = io_;
     format_->io_open = refuse_nested_open;
+    // No protocol is called "none": the whitelist admits none of them (our own AVIO needs none).
+    format_->protocol_whitelist = av_strdup("none");
+    if (!format_->protocol_whitelist) fail("out of memory opening '", name, "'");
 
     // The name doubles as a format hint: probing weighs a matching file extension.
     int status = avformat_open_input(&format_, name.c_str(), nullptr, nullptr);

@@ -10,6 +10,7 @@ namespace {
 const auto all_commands = std::to_array<const Command*>({
     &convert_command,
     &run_command,
+    &bench_command,
 });
 
 }  // namespace

@@ -21,6 +21,7 @@ struct Command {
   int (*run)(const ParsedArgs& args);
 };
 
+extern const Command bench_command;
 extern const Command convert_command;
 extern const Command run_command;
 

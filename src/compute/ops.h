@@ -23,8 +23,9 @@ struct Epilogue {
   const Tensor* residual = nullptr;  // y's shape; may be y itself (x += ... in place)
 };
 
-// Threads used by every op (OpenMP). The BLAS is kept single-threaded: the ops split their work
-// across threads themselves, so the two thread pools never compete for the cores.
+// Threads the ops called from this thread use (OpenMP; the default is every CPU the process may
+// run on). The BLAS is kept single-threaded: the ops split their work across threads
+// themselves, so two thread pools never compete for the same cores.
 void set_threads(int n);
 int threads();
 

@@ -13,6 +13,7 @@
 #include <new>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "format/dtype.h"
@@ -47,7 +48,9 @@ class Shape {
   int rank_ = 0;
 };
 
-// 64-byte aligned storage so that SIMD loads of whole rows never straddle cache lines.
+// 64-byte aligned storage so that SIMD loads of whole rows never straddle cache lines. Growing
+// a buffer leaves the new values uninitialised (construct() default-initialises): every op
+// writes its whole output, and zero-filling tens of MB per window would cost as much as a norm.
 template <class T>
 struct AlignedAllocator {
   using value_type = T;
@@ -57,6 +60,14 @@ struct AlignedAllocator {
   AlignedAllocator(const AlignedAllocator<U>&) {}
   T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), alignment)); }
   void deallocate(T* p, size_t) { ::operator delete(p, alignment); }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0) {
+      ::new (static_cast<void*>(p)) U;
+    } else {
+      ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+    }
+  }
   template <class U>
   bool operator==(const AlignedAllocator<U>&) const {
     return true;

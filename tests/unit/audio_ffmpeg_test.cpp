@@ -287,6 +287,26 @@ TEST(AudioFfmpegErrors, NoAudioStream) {
   EXPECT_NE(message.find(path), std::string::npos) << message;
 }
 
+TEST(AudioFfmpegErrors, PlaylistsCannotOpenOtherFiles) {
+  // A concat script or an HLS playlist naming a real file next to it (an upload could name
+  // anything on the server): FFmpeg must not open it.
+  const std::string concat = "ffconcat version 1.0\nfile 'jfk.mp3'\n";
+  const std::string hls =
+      "#EXTM3U\n#EXT-X-TARGETDURATION:11\n#EXTINF:11,\njfk.mp3\n#EXT-X-ENDLIST\n";
+  for (const auto& [text, name] :
+       {std::pair{concat, "list.ffconcat"}, std::pair{hls, "list.m3u8"}}) {
+    SCOPED_TRACE(name);
+    const Bytes bytes(text.begin(), text.end());
+    std::string message;
+    const std::string printed = stderr_of([&] {
+      message =
+          error_of([&] { Reader::open_memory(bytes, kSampleRate, kAudio + name).read_all(); });
+    });
+    EXPECT_NE(message.find(name), std::string::npos) << message;
+    EXPECT_EQ(printed, "");
+  }
+}
+
 TEST(AudioFfmpegErrors, CorruptAndTruncatedFiles) {
   const Bytes flac = read_bytes(kAudio + "jfk-44k-stereo.flac");
   const Bytes mp3 = read_bytes(kAudio + "jfk.mp3");

@@ -387,6 +387,7 @@ TEST(AudioReader, StreamsLongInputInBlocks) {
   EXPECT_NEAR(static_cast<double>(loaded.size()), 20 * 16000, 1);
   EXPECT_NEAR(tone_frequency(middle(loaded), 16000), 440, 440 * 0.001);
   EXPECT_NEAR(tone_amplitude(middle(loaded), 16000, 440), 0.5, 0.005);
+  std::remove(path.c_str());
 }
 
 TEST(AudioReader, OtherOutputRates) {

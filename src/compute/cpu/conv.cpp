@@ -13,7 +13,8 @@ void conv1d(const Tensor& x, const Weight& w, int stride, int padding, Tensor& y
   const int64_t kernel = w.shape[2];
   const int64_t out_steps = y.dim(0);
   const int64_t width = channels * kernel;
-  Tensor columns(Shape{out_steps, width});
+  Tensor columns;
+  columns.resize(Shape{out_steps, width});  // every value is written below
   const float* in = x.data();
   float* col = columns.data();
 #pragma omp parallel for schedule(static) if (out_steps * width > 32 * 1024)

@@ -1,5 +1,6 @@
 // Matrix products through OpenBLAS.
 #include <cblas.h>
+#include <omp.h>
 
 #include <mutex>
 
@@ -12,7 +13,13 @@ void configure_blas() {
   // both would spin on the same cores; hark splits every product across OpenMP threads itself
   // and calls OpenBLAS on one thread from each.
   static std::once_flag once;
-  std::call_once(once, [] { openblas_set_num_threads(1); });
+  std::call_once(once, [] {
+    // An OpenMP build of OpenBLAS (the libopenblas.so.0 alternative may be one) implements this
+    // with omp_set_num_threads: keep hark's own thread count.
+    const int threads = omp_get_max_threads();
+    openblas_set_num_threads(1);
+    omp_set_num_threads(threads);
+  });
 }
 
 void sgemm(bool b_transposed, int64_t m, int64_t n, int64_t k, float alpha, const float* a,

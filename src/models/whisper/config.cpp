@@ -121,6 +121,39 @@ Vocabulary read_vocabulary(const gguf::File& file, const Config& config) {
   return v;
 }
 
+void write_config(gguf::Writer& writer, const Config& config) {
+  const auto u32 = [](int value) { return static_cast<uint32_t>(value); };
+  writer.set_u32("whisper.vocab_size", u32(config.vocab_size));
+  writer.set_u32("whisper.n_mels", u32(config.n_mels));
+  writer.set_u32("whisper.d_model", u32(config.d_model));
+  writer.set_u32("whisper.encoder.layers", u32(config.encoder_layers));
+  writer.set_u32("whisper.encoder.heads", u32(config.encoder_heads));
+  writer.set_u32("whisper.encoder.ffn_dim", u32(config.encoder_ffn));
+  writer.set_u32("whisper.decoder.layers", u32(config.decoder_layers));
+  writer.set_u32("whisper.decoder.heads", u32(config.decoder_heads));
+  writer.set_u32("whisper.decoder.ffn_dim", u32(config.decoder_ffn));
+  writer.set_u32("whisper.max_source_positions", u32(config.max_source_positions));
+  writer.set_u32("whisper.max_target_positions", u32(config.max_target_positions));
+}
+
+void write_vocabulary(gguf::Writer& writer, const Vocabulary& v) {
+  writer.set_i32("whisper.token.eot", v.eot);
+  writer.set_i32("whisper.token.sot", v.sot);
+  writer.set_i32("whisper.token.translate", v.translate);
+  writer.set_i32("whisper.token.transcribe", v.transcribe);
+  writer.set_i32("whisper.token.sot_lm", v.sot_lm);
+  writer.set_i32("whisper.token.sot_prev", v.sot_prev);
+  writer.set_i32("whisper.token.no_speech", v.no_speech);
+  writer.set_i32("whisper.token.no_timestamps", v.no_timestamps);
+  writer.set_i32("whisper.token.timestamp_begin", v.timestamp_begin);
+  writer.set_strings("whisper.languages", v.languages);
+  writer.set_bool("whisper.multilingual", v.multilingual);
+  writer.set_i32s("whisper.suppress_tokens", v.suppress_tokens);
+  writer.set_i32s("whisper.begin_suppress_tokens", v.begin_suppress_tokens);
+  writer.set_u32("whisper.max_initial_timestamp_index",
+                 static_cast<uint32_t>(v.max_initial_timestamp_index));
+}
+
 int32_t Vocabulary::language_token(const std::string& code) const {
   const std::string wanted = lowercase(code);
   auto found = std::find(languages.begin(), languages.end(), wanted);

@@ -4,6 +4,10 @@
 
 #include "models/whisper/model.h"
 
+namespace hark::gguf {
+class Writer;
+}
+
 namespace hark::whisper {
 
 // Reads the whisper.* size keys; throws hark::Error naming the file and key when one is missing,
@@ -14,5 +18,9 @@ Config read_config(const gguf::File& file);
 // Reads whisper.token.*, whisper.languages and the generation rules; throws hark::Error naming
 // the key when a required one is missing or an id falls outside the vocabulary.
 Vocabulary read_vocabulary(const gguf::File& file, const Config& config);
+
+// The inverse of the readers: the whisper.* keys of `config` and `vocabulary`.
+void write_config(gguf::Writer& writer, const Config& config);
+void write_vocabulary(gguf::Writer& writer, const Vocabulary& vocabulary);
 
 }  // namespace hark::whisper

@@ -17,6 +17,8 @@
 #include "format/gguf.h"
 #include "format/quant.h"
 #include "format/safetensors.h"
+#include "models/whisper/config.h"
+#include "models/whisper/layout.h"
 #include "models/whisper/tokens.h"
 #include "text/bpe.h"
 
@@ -159,6 +161,22 @@ Architecture read_architecture(const fs::path& dir) {
     fail(file.string(), ": tie_word_embeddings = false (a separate proj_out) is not supported");
   }
   return arch;
+}
+
+Config to_config(const Architecture& arch) {
+  Config config;
+  config.vocab_size = static_cast<int>(arch.vocab_size);
+  config.n_mels = static_cast<int>(arch.n_mels);
+  config.d_model = static_cast<int>(arch.d_model);
+  config.encoder_layers = static_cast<int>(arch.encoder_layers);
+  config.encoder_heads = static_cast<int>(arch.encoder_heads);
+  config.encoder_ffn = static_cast<int>(arch.encoder_ffn);
+  config.decoder_layers = static_cast<int>(arch.decoder_layers);
+  config.decoder_heads = static_cast<int>(arch.decoder_heads);
+  config.decoder_ffn = static_cast<int>(arch.decoder_ffn);
+  config.max_source_positions = static_cast<int>(arch.max_source_positions);
+  config.max_target_positions = static_cast<int>(arch.max_target_positions);
+  return config;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -353,99 +371,6 @@ Generation read_generation(const fs::path& dir, const Architecture& arch,
 // ---------------------------------------------------------------------------------------------
 // Tensors
 
-// Matrices take the requested type; vectors and position tables stay F32 (they are small, and
-// precision there matters more than size).
-enum class Role { matrix, keep_f32 };
-
-struct PlannedTensor {
-  std::string name;  // hark's (and HF's, without "model.")
-  std::vector<int64_t> shape;
-  Role role;
-};
-
-std::vector<PlannedTensor> expected_tensors(const Architecture& arch) {
-  const int64_t d = arch.d_model;
-  std::vector<PlannedTensor> plan;
-  auto add = [&](std::string name, std::vector<int64_t> shape, Role role) {
-    plan.push_back({std::move(name), std::move(shape), role});
-  };
-  auto attention = [&](const std::string& prefix) {
-    for (const char* projection : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
-      add(prefix + "." + projection + ".weight", {d, d}, Role::matrix);
-      // Whisper's key projections have no bias.
-      if (std::strcmp(projection, "k_proj") != 0) {
-        add(prefix + "." + projection + ".bias", {d}, Role::keep_f32);
-      }
-    }
-  };
-  auto norm = [&](const std::string& prefix) {
-    add(prefix + ".weight", {d}, Role::keep_f32);
-    add(prefix + ".bias", {d}, Role::keep_f32);
-  };
-  auto feed_forward = [&](const std::string& prefix, int64_t ffn) {
-    add(prefix + ".fc1.weight", {ffn, d}, Role::matrix);
-    add(prefix + ".fc1.bias", {ffn}, Role::keep_f32);
-    add(prefix + ".fc2.weight", {d, ffn}, Role::matrix);
-    add(prefix + ".fc2.bias", {d}, Role::keep_f32);
-  };
-
-  add("encoder.conv1.weight", {d, arch.n_mels, 3}, Role::matrix);
-  add("encoder.conv1.bias", {d}, Role::keep_f32);
-  add("encoder.conv2.weight", {d, d, 3}, Role::matrix);
-  add("encoder.conv2.bias", {d}, Role::keep_f32);
-  add("encoder.embed_positions.weight", {arch.max_source_positions, d}, Role::keep_f32);
-  for (int64_t layer = 0; layer < arch.encoder_layers; ++layer) {
-    const std::string prefix = "encoder.layers." + std::to_string(layer);
-    attention(prefix + ".self_attn");
-    norm(prefix + ".self_attn_layer_norm");
-    feed_forward(prefix, arch.encoder_ffn);
-    norm(prefix + ".final_layer_norm");
-  }
-  norm("encoder.layer_norm");
-
-  add("decoder.embed_tokens.weight", {arch.vocab_size, d}, Role::matrix);
-  add("decoder.embed_positions.weight", {arch.max_target_positions, d}, Role::keep_f32);
-  for (int64_t layer = 0; layer < arch.decoder_layers; ++layer) {
-    const std::string prefix = "decoder.layers." + std::to_string(layer);
-    attention(prefix + ".self_attn");
-    norm(prefix + ".self_attn_layer_norm");
-    attention(prefix + ".encoder_attn");
-    norm(prefix + ".encoder_attn_layer_norm");
-    feed_forward(prefix, arch.decoder_ffn);
-    norm(prefix + ".final_layer_norm");
-  }
-  norm("decoder.layer_norm");
-  return plan;
-}
-
-DType stored_type(const PlannedTensor& tensor, DType requested) {
-  if (tensor.role == Role::keep_f32) return DType::F32;
-  if (requested == DType::Q8_0 && tensor.shape.back() % 32 != 0) return DType::F16;
-  return requested;
-}
-
-uint32_t gguf_file_type(DType type) {
-  // llama.cpp's LLAMA_FTYPE numbering, which general.file_type uses.
-  switch (type) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::Q8_0:
-      return 7;
-    case DType::BF16:
-      return 32;
-    default:
-      fail("hark convert: --type ", dtype_name(type), " is not supported");
-  }
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
-}
-
 // The checkpoint's bytes of one tensor in `target` type. Every value is checked, even when the
 // bytes are copied as they are: a NaN or infinite weight fails nowhere later, it just makes every
 // transcript garbage.
@@ -509,12 +434,12 @@ void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, 
 
   const auto checkpoint =
       std::make_shared<safetensors::Checkpoint>(safetensors::Checkpoint::open(hf_dir));
-  const std::vector<PlannedTensor> plan = expected_tensors(arch);
+  const std::vector<TensorSpec> plan = tensor_layout(to_config(arch));
 
   // Find every tensor and check its shape before writing anything.
   std::vector<const safetensors::TensorView*> sources;
   std::set<std::string, std::less<>> used;
-  for (const PlannedTensor& tensor : plan) {
+  for (const TensorSpec& tensor : plan) {
     const std::string prefixed = "model." + tensor.name;
     const safetensors::TensorView* source = checkpoint->find(prefixed);
     if (source == nullptr) source = checkpoint->find(tensor.name);
@@ -552,33 +477,13 @@ void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, 
   writer.set_u32("general.alignment", 32);
   tokenizer.write_gguf(writer);
 
+  write_config(writer, to_config(arch));
+  vocab.multilingual = generation.multilingual;
+  vocab.suppress_tokens = generation.suppress_tokens;
+  vocab.begin_suppress_tokens = generation.begin_suppress_tokens;
+  vocab.max_initial_timestamp_index = static_cast<int>(generation.max_initial_timestamp_index);
+  write_vocabulary(writer, vocab);
   const auto u32 = [](int64_t value) { return static_cast<uint32_t>(value); };
-  writer.set_u32("whisper.vocab_size", u32(arch.vocab_size));
-  writer.set_u32("whisper.n_mels", u32(arch.n_mels));
-  writer.set_u32("whisper.d_model", u32(arch.d_model));
-  writer.set_u32("whisper.encoder.layers", u32(arch.encoder_layers));
-  writer.set_u32("whisper.encoder.heads", u32(arch.encoder_heads));
-  writer.set_u32("whisper.encoder.ffn_dim", u32(arch.encoder_ffn));
-  writer.set_u32("whisper.decoder.layers", u32(arch.decoder_layers));
-  writer.set_u32("whisper.decoder.heads", u32(arch.decoder_heads));
-  writer.set_u32("whisper.decoder.ffn_dim", u32(arch.decoder_ffn));
-  writer.set_u32("whisper.max_source_positions", u32(arch.max_source_positions));
-  writer.set_u32("whisper.max_target_positions", u32(arch.max_target_positions));
-  writer.set_i32("whisper.token.eot", vocab.eot);
-  writer.set_i32("whisper.token.sot", vocab.sot);
-  writer.set_i32("whisper.token.translate", vocab.translate);
-  writer.set_i32("whisper.token.transcribe", vocab.transcribe);
-  writer.set_i32("whisper.token.sot_lm", vocab.sot_lm);
-  writer.set_i32("whisper.token.sot_prev", vocab.sot_prev);
-  writer.set_i32("whisper.token.no_speech", vocab.no_speech);
-  writer.set_i32("whisper.token.no_timestamps", vocab.no_timestamps);
-  writer.set_i32("whisper.token.timestamp_begin", vocab.timestamp_begin);
-  writer.set_strings("whisper.languages", vocab.languages);
-  writer.set_bool("whisper.multilingual", generation.multilingual);
-  writer.set_i32s("whisper.suppress_tokens", generation.suppress_tokens);
-  writer.set_i32s("whisper.begin_suppress_tokens", generation.begin_suppress_tokens);
-  writer.set_u32("whisper.max_initial_timestamp_index",
-                 u32(generation.max_initial_timestamp_index));
   writer.set_u32("whisper.sample_rate", u32(front_end.sample_rate));
   writer.set_u32("whisper.n_fft", u32(front_end.n_fft));
   writer.set_u32("whisper.hop_length", u32(front_end.hop_length));
@@ -586,7 +491,7 @@ void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, 
 
   const int total = static_cast<int>(plan.size());
   for (int index = 0; index < total; ++index) {
-    const PlannedTensor& tensor = plan[index];
+    const TensorSpec& tensor = plan[index];
     const safetensors::TensorView* source = sources[index];
     const DType target = stored_type(tensor, type);
     // The producer runs while the file is written; the checkpoint's mapping lives until then.

@@ -171,4 +171,26 @@ Vocabulary find_vocabulary(const text::BpeTokenizer& tokenizer, int model_vocab_
   return vocab;
 }
 
+Vocabulary standard_vocabulary(int model_vocab_size) {
+  const int n_languages = language_count_for_vocab(model_vocab_size);
+  const int n_specials = static_cast<int>(special_tokens(std::max(n_languages, 1)).size());
+  if (n_languages < 1 || model_vocab_size <= n_specials) {
+    fail("a Whisper vocabulary of ", model_vocab_size, " tokens has no standard layout");
+  }
+  Vocabulary vocab;
+  vocab.eot = model_vocab_size - n_specials;
+  vocab.sot = vocab.eot + 1;
+  vocab.first_language = vocab.sot + 1;
+  for (int i = 0; i < n_languages; ++i) vocab.languages.emplace_back(kLanguages[i].code);
+  vocab.translate = vocab.first_language + n_languages;
+  vocab.transcribe = vocab.translate + 1;
+  vocab.sot_lm = vocab.translate + 2;
+  vocab.sot_prev = vocab.translate + 3;
+  vocab.no_speech = vocab.translate + 4;
+  vocab.no_timestamps = vocab.translate + 5;
+  vocab.timestamp_begin = vocab.translate + 6;
+  vocab.multilingual = is_multilingual_vocab(model_vocab_size);
+  return vocab;
+}
+
 }  // namespace hark::whisper

@@ -59,4 +59,9 @@ int language_count_for_vocab(int model_vocab_size);  // 99 or 100
 // generation config).
 Vocabulary find_vocabulary(const text::BpeTokenizer& tokenizer, int model_vocab_size);
 
+// The ids of the real vocabularies (51864, 51865, 51866 tokens) without a tokenizer: the special
+// tokens are the last ones, in special_tokens() order. For random-weight models (`hark bench`).
+// Suppress lists are left empty.
+Vocabulary standard_vocabulary(int model_vocab_size);
+
 }  // namespace hark::whisper
