@@ -1,5 +1,4 @@
 // `hark run MODEL AUDIO...`: transcribes (or translates) audio files with a Whisper GGUF model.
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -18,16 +17,13 @@
 #include "base/log.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
+#include "compute/ops.h"
 #include "format/gguf.h"
 #include "models/whisper/model.h"
 #include "models/whisper/tokens.h"
 #include "models/whisper/transcribe.h"
 #include "pipeline/output.h"
 #include "text/bpe.h"
-
-#ifdef HARK_HAVE_BLAS
-extern "C" void openblas_set_num_threads(int threads);
-#endif
 
 namespace hark::cli {
 
@@ -76,13 +72,6 @@ constexpr std::string_view run_description =
     "other files still run. Exit status: 0 when every file was transcribed, 1 when\n"
     "any failed (or the model could not be loaded), 2 for a bad command line.\n"
     "Progress is shown on stderr when it is a terminal.";
-
-void limit_threads(int threads) {
-  omp_set_num_threads(threads);
-#ifdef HARK_HAVE_BLAS
-  openblas_set_num_threads(threads);
-#endif
-}
 
 std::vector<float> temperature_ladder(double start, bool fallback) {
   std::vector<float> temperatures;
@@ -223,7 +212,7 @@ int run(const ParsedArgs& args) {
   if (args.has("verbose")) log::set_level(log::Level::info);
   whisper::Options options = decoding_options(args);
   const output::Format format = output_format(args);
-  if (args.has("threads")) limit_threads(args.int_or("threads", 0, 1, 4096));
+  if (args.has("threads")) compute::set_threads(args.int_or("threads", 0, 1, 4096));
 
   const std::optional<std::string> output_dir = args.value("output-dir");
   std::vector<fs::path> destinations;

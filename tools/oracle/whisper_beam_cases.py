@@ -6,7 +6,7 @@
 #
 # Run from the repository root on the machine with transformers (5.17 when these were made):
 #   python3 tools/oracle/whisper_beam_cases.py [OUTPUT]   (default tests/data/whisper/beam_cases.json)
-import json, os, sys, wave
+import json, sys, wave
 import numpy as np
 import torch
 from transformers import (LogitsProcessor, LogitsProcessorList, WhisperFeatureExtractor,
@@ -64,14 +64,17 @@ for name, audio, kwargs in CASES:
     print(name, audio, kwargs, len(seq[0]), [w["steps"] for w in rec.windows], flush=True)
 
 output = sys.argv[1] if len(sys.argv) > 1 else f"{DATA}/whisper/beam_cases.json"
+header = {
+    "made_by": "tools/oracle/whisper_beam_cases.py",
+    "what": "generate(input_features, do_sample=False, **kwargs) on the WhisperFeatureExtractor "
+            "log-mel (padded to 30 s) of tests/data/audio/<audio>.wav (int16 / 32768); sequences: "
+            "what generate() returned (no prompt, no <|endoftext|>); windows: one per decoding call "
+            "transformers made (its decoder prompt, the steps it ran, the number of beams)",
+    "versions": {"transformers": __import__("transformers").__version__, "torch": torch.__version__},
+}
+# One case per line, so that a diff shows which case changed.
+lines = ["{"] + [f" {json.dumps(k)}: {json.dumps(v)}," for k, v in header.items()] + [' "cases": [']
+lines += ["  " + json.dumps(c) + ("," if i + 1 < len(results) else "") for i, c in enumerate(results)]
+lines += [" ]", "}"]
 with open(output, "w") as f:
-    json.dump({
-        "made_by": "tools/oracle/whisper_beam_cases.py",
-        "what": "generate(input_features, do_sample=False, **kwargs) on the WhisperFeatureExtractor "
-                "log-mel (padded to 30 s) of tests/data/audio/<audio>.wav (int16 / 32768); "
-                "sequences: what generate() returned (no prompt, no <|endoftext|>); windows: one "
-                "per decoding call transformers made (its decoder prompt, the steps it ran, the "
-                "number of beams)",
-        "versions": {"transformers": __import__("transformers").__version__,
-                     "torch": torch.__version__},
-        "cases": results}, f, indent=1)
+    f.write("\n".join(lines) + "\n")

@@ -167,7 +167,30 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len
   const int64_t tasks = sequences * heads * blocks;
   // Position of query 0 (causal): the queries are the last `queries` of the kv_length positions.
   const int64_t first_position = kv_length - queries;
-  const bool parallel = tasks > 1 && sequences * queries * kv_length * width > 32 * 1024;
+  // Parallel from about 1 MiB of keys and values per query row on (cross-attention over a
+  // window; not the short self-attention of a decode step: see linear.cpp's kParallelWork).
+  const bool parallel = tasks > 1 && sequences * queries * kv_length * width >= 256 * 1024;
+
+  // Blocks of queries go through AVX-512 tiles where the CPU has them, over keys transposed
+  // once per (sequence, head) here.
+  const bool tiles = queries > kDirectQueries && head_dim % 16 == 0 && has_avx512();
+  const int64_t kv_sequences = shared_kv ? 1 : sequences;
+  const int64_t kt_stride = (kv_length + 31) / 32 * 32;
+  const int64_t kt_size = head_dim * kt_stride;
+  thread_local std::vector<float> transposed;
+  if (tiles) {
+    if (transposed.size() < static_cast<size_t>(kv_sequences * heads * kt_size)) {
+      transposed.resize(kv_sequences * heads * kt_size);
+    }
+    float* kt = transposed.data();
+#pragma omp parallel for schedule(static) if (parallel && kv_sequences * heads > 1)
+    for (int64_t sh = 0; sh < kv_sequences * heads; ++sh) {
+      const int64_t b = sh / heads, h = sh % heads;
+      transpose_keys_avx512(k.data() + b * capacity * width + h * head_dim, width, head_dim,
+                            kv_length, kt + sh * kt_size, kt_stride);
+    }
+  }
+  const float* kt_all = transposed.data();
 
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t task = 0; task < tasks; ++task) {
@@ -188,6 +211,9 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len
     if (scores.size() < static_cast<size_t>(rows * keys)) scores.resize(rows * keys);
     if (rows <= kDirectQueries) {
       attend_direct(head, rows, visible, scale, scores);
+    } else if (tiles) {
+      attend_block_avx512(head.q, kt_all + (kv_sequence * heads + h) * kt_size, kt_stride, head.v,
+                          head.out, width, head_dim, rows, visible(0), causal, scale, scores);
     } else {
       attend_gemm(head, rows, keys, visible, scale, scores);
     }

@@ -26,8 +26,11 @@ constexpr int64_t kMaxDirectRows = 8;
 // F32 values per expanded panel at most (2 MiB, about L2). sgemm re-packs all of x for every
 // panel, so panels are as large as that allows: one per thread when W is small enough.
 constexpr int64_t kPanelFloats = 512 * 1024;
-// Below this many multiply-adds a product is not worth waking the other threads for.
-constexpr int64_t kParallelWork = 64 * 1024;
+// Below this many multiply-adds a product runs on the calling thread alone. A fork-join costs
+// microseconds on an idle machine but a scheduler time slice on a busy one (a thread that is not
+// running stalls the barrier), so a decode step keeps only its large products parallel
+// (feed-forward, logits), not the d x d projections.
+constexpr int64_t kParallelWork = 1 << 20;
 
 const float* bias_values(const Weight* bias, std::vector<float>& scratch) {
   if (bias == nullptr) return nullptr;
@@ -95,7 +98,7 @@ void linear_panels(const float* x, int64_t m, int64_t k, const Weight& w, float*
   // comes between them.
   const bool accumulate = residual != nullptr && activation == Activation::none;
 
-#pragma omp parallel for schedule(dynamic, 1) if (n_panels > 1 && m * n * k > kParallelWork)
+#pragma omp parallel for schedule(dynamic, 1) if (n_panels > 1 && m * n * k >= kParallelWork)
   for (int64_t p = 0; p < n_panels; ++p) {
     thread_local std::vector<float> expanded, tile;
     const int64_t n0 = p * panel;
@@ -330,7 +333,7 @@ void linear_direct(const float* x, int64_t m, int64_t k, const Weight& w, float*
   // per-chunk epilogue.
   const int64_t chunk = 64;
   const int64_t n_chunks = (n + chunk - 1) / chunk;
-#pragma omp parallel for schedule(static) if (n_chunks > 1 && m * n * k > kParallelWork)
+#pragma omp parallel for schedule(static) if (n_chunks > 1 && m * n * k >= kParallelWork)
   for (int64_t c = 0; c < n_chunks; ++c) {
     float raw[kMaxDirectRows * chunk];
     const int64_t n0 = c * chunk;
