@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs=$(nproc)
+# ctest runs tests side by side: idle OpenMP threads must sleep, not spin, or they starve each other.
+export OMP_WAIT_POLICY=passive
 
 scripts/install-deps.sh
 
