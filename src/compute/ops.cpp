@@ -3,6 +3,8 @@
 
 #include <omp.h>
 
+#include <utility>
+
 #include "base/error.h"
 #include "compute/cpu/kernels.h"
 
@@ -139,6 +141,26 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len
   if (&out == &q) fail("attention: the output must not be the query");
   out.resize(q.shape());
   cpu::attention(q, k, v, kv_length, heads, scale, causal, out);
+}
+
+void pack_kv(Tensor k, Tensor v, int heads, PackedKv& kv) {
+  if (k.shape().rank() != 3 || k.dim(0) != 1 || k.shape() != v.shape() || k.dim(1) < 1) {
+    fail("pack_kv: keys ", k.shape().str(), " and values ", v.shape().str(),
+         " must both be [1, steps, width]");
+  }
+  if (heads < 1 || k.dim(2) % heads != 0) {
+    fail("pack_kv: width ", k.dim(2), " in ", heads, " heads");
+  }
+  cpu::pack_kv(std::move(k), std::move(v), heads, kv);
+}
+
+void attention(const Tensor& q, const PackedKv& kv, float scale, Tensor& out) {
+  if (q.shape().rank() != 3 || q.dim(2) != kv.width || kv.heads < 1) {
+    fail("attention: q ", q.shape().str(), " against packed keys and values of width ", kv.width);
+  }
+  if (&out == &q) fail("attention: the output must not be the query");
+  out.resize(q.shape());
+  cpu::attention(q, kv, scale, out);
 }
 
 void write_rows(const Tensor& src, int64_t offset, Tensor& dst) {

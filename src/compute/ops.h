@@ -67,6 +67,24 @@ void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& y);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_length, int heads,
                float scale, bool causal, Tensor& out);
 
+// Keys and values that queries attend to again and again (cross-attention over an encoded
+// window), prepared once by pack_kv() in the layout this CPU's attention reads fastest.
+struct PackedKv {
+  int heads = 0;
+  int64_t length = 0;   // keys
+  int64_t width = 0;    // heads · head_dim
+  Tensor keys, values;  // [1, length, width], kept as given where no packed layout applies
+  Tensor packed;        // the packed layout, or empty
+
+  bool is_packed() const { return packed.elements() > 0; }  // an empty Tensor has 0
+};
+
+// k, v [1, S, width] (moved in where no packing applies) → kv.
+void pack_kv(Tensor k, Tensor v, int heads, PackedKv& kv);
+// out [B, Tq, width] = softmax(scale · q kᵀ) v per head over all S keys (no mask), every
+// sequence attending to the same keys.
+void attention(const Tensor& q, const PackedKv& kv, float scale, Tensor& out);
+
 // K/V cache maintenance: dst[b, offset + t] = src[b, t] for src [B, T, D] into dst [B, S, D].
 void write_rows(const Tensor& src, int64_t offset, Tensor& dst);
 // dst[i, :length] = src[source[i], :length] for src, dst [B, S, D] (beam search reordering).

@@ -76,7 +76,7 @@ struct AlignedAllocator {
 
 class Tensor {
  public:
-  Tensor() = default;
+  Tensor() = default;                   // empty: shape [0]
   explicit Tensor(const Shape& shape);  // zero-filled
   Tensor(const Shape& shape, std::span<const float> values);
 
@@ -101,7 +101,7 @@ class Tensor {
   void reshape(const Shape& shape);
 
  private:
-  Shape shape_;
+  Shape shape_{0};
   std::vector<float, AlignedAllocator<float>> storage_;
 };
 

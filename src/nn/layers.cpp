@@ -83,16 +83,18 @@ void MultiHeadAttention::cached_self_attention(const Tensor& x, KvCache& cache, 
   out_proj.forward(scratch.context, out, Activation::none, residual);
 }
 
-void MultiHeadAttention::project_memory(const Tensor& memory, Tensor& keys, Tensor& values) const {
+void MultiHeadAttention::project_memory(const Tensor& memory, compute::PackedKv& memory_kv) const {
+  Tensor keys, values;
   k_proj.forward(memory, keys);
   v_proj.forward(memory, values);
+  compute::pack_kv(std::move(keys), std::move(values), heads, memory_kv);
 }
 
-void MultiHeadAttention::cross_attention(const Tensor& x, const Tensor& keys, const Tensor& values,
+void MultiHeadAttention::cross_attention(const Tensor& x, const compute::PackedKv& memory_kv,
                                          AttentionScratch& scratch, Tensor& out,
                                          const Tensor* residual) const {
   q_proj.forward(x, scratch.q);
-  compute::attention(scratch.q, keys, values, keys.dim(1), heads, scale, false, scratch.context);
+  compute::attention(scratch.q, memory_kv, scale, scratch.context);
   out_proj.forward(scratch.context, out, Activation::none, residual);
 }
 

@@ -93,10 +93,10 @@ struct MultiHeadAttention {
   void cached_self_attention(const Tensor& x, KvCache& cache, bool causal,
                              AttentionScratch& scratch, Tensor& out,
                              const Tensor* residual = nullptr) const;
-  // Cross-attention: the keys and values of `memory` [1 or n, steps, d], computed once.
-  void project_memory(const Tensor& memory, Tensor& keys, Tensor& values) const;
-  // Queries from x [n_sequences, steps, d] over projected memory [1 or n_sequences, S, d].
-  void cross_attention(const Tensor& x, const Tensor& keys, const Tensor& values,
+  // Cross-attention: the keys and values of `memory` [1, steps, d], computed and packed once.
+  void project_memory(const Tensor& memory, compute::PackedKv& memory_kv) const;
+  // Queries from x [n_sequences, steps, d] over the projected memory, shared by all sequences.
+  void cross_attention(const Tensor& x, const compute::PackedKv& memory_kv,
                        AttentionScratch& scratch, Tensor& out,
                        const Tensor* residual = nullptr) const;
 };

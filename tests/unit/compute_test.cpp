@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <random>
 #include <vector>
 
 #include "base/error.h"
+#include "compute/cpu/simd.h"
 #include "compute/ops.h"
 #include "format/quant.h"
 
@@ -39,6 +41,18 @@ StoredWeight store(DType type, const std::vector<float>& values, const Shape& sh
   stored.view = Weight{type, shape, stored.bytes.data(), stored.bytes.size()};
   stored.view.validate("test weight");
   return stored;
+}
+
+// Runs `check` with the kernels limited to each instruction set in turn (the CPU's own support
+// still applies), so that every variant is tested on a machine that has them all.
+void for_each_simd(const std::function<void()>& check) {
+  for (cpu::SimdLevel level :
+       {cpu::SimdLevel::portable, cpu::SimdLevel::avx2, cpu::SimdLevel::avx512}) {
+    SCOPED_TRACE("simd level " + std::to_string(static_cast<int>(level)));
+    cpu::limit_simd(level);
+    check();
+  }
+  cpu::limit_simd(cpu::SimdLevel::avx512);
 }
 
 double gelu_reference(double x) {
@@ -83,50 +97,52 @@ struct LinearCase {
 class LinearTest : public ::testing::TestWithParam<LinearCase> {};
 
 TEST_P(LinearTest, MatchesReferenceWithEveryEpilogue) {
-  const LinearCase c = GetParam();
-  const auto w_values = random_values(c.n * c.k, 1, 0.2f);
-  const StoredWeight w = store(c.type, w_values, Shape{c.n, c.k});
-  const auto bias_values = random_values(c.n, 2);
-  const Weight bias = Weight::f32(bias_values.data(), Shape{c.n});
-  const Tensor x = random_tensor(Shape{c.m, c.k}, 3);
-  const std::vector<float> x_values(x.values().begin(), x.values().end());
-  const Tensor residual = random_tensor(Shape{c.m, c.n}, 4);
-  const std::vector<float> r_values(residual.values().begin(), residual.values().end());
+  for_each_simd([&] {
+    const LinearCase c = GetParam();
+    const auto w_values = random_values(c.n * c.k, 1, 0.2f);
+    const StoredWeight w = store(c.type, w_values, Shape{c.n, c.k});
+    const auto bias_values = random_values(c.n, 2);
+    const Weight bias = Weight::f32(bias_values.data(), Shape{c.n});
+    const Tensor x = random_tensor(Shape{c.m, c.k}, 3);
+    const std::vector<float> x_values(x.values().begin(), x.values().end());
+    const Tensor residual = random_tensor(Shape{c.m, c.n}, 4);
+    const std::vector<float> r_values(residual.values().begin(), residual.values().end());
 
-  {  // plain
-    Tensor y;
-    linear(x, w.view, y);
-    EXPECT_EQ(y.shape(), (Shape{c.m, c.n}));
-    auto expected = linear_reference(x_values, c.m, c.k, w.values, c.n, nullptr, false, nullptr);
-    EXPECT_LT(relative_error(y.values(), expected), 1e-5);
-  }
-  {  // bias + GELU
-    Tensor y;
-    linear(x, w.view, y, {.bias = &bias, .activation = Activation::gelu});
-    auto expected =
-        linear_reference(x_values, c.m, c.k, w.values, c.n, &bias_values, true, nullptr);
-    EXPECT_LT(relative_error(y.values(), expected), 1e-5);
-  }
-  {  // bias + residual held in the output itself (x += f(x) in place)
-    Tensor y = residual;
-    linear(x, w.view, y, {.bias = &bias, .residual = &y});
-    auto expected =
-        linear_reference(x_values, c.m, c.k, w.values, c.n, &bias_values, false, &r_values);
-    EXPECT_LT(relative_error(y.values(), expected), 1e-5);
-  }
-  {  // GELU then a residual in the output itself
-    Tensor y = residual;
-    linear(x, w.view, y, {.activation = Activation::gelu, .residual = &y});
-    auto expected = linear_reference(x_values, c.m, c.k, w.values, c.n, nullptr, true, &r_values);
-    EXPECT_LT(relative_error(y.values(), expected), 1e-5);
-  }
-  {  // separate residual tensor
-    Tensor y;
-    linear(x, w.view, y, {.bias = &bias, .residual = &residual});
-    auto expected =
-        linear_reference(x_values, c.m, c.k, w.values, c.n, &bias_values, false, &r_values);
-    EXPECT_LT(relative_error(y.values(), expected), 1e-5);
-  }
+    {  // plain
+      Tensor y;
+      linear(x, w.view, y);
+      EXPECT_EQ(y.shape(), (Shape{c.m, c.n}));
+      auto expected = linear_reference(x_values, c.m, c.k, w.values, c.n, nullptr, false, nullptr);
+      EXPECT_LT(relative_error(y.values(), expected), 1e-5);
+    }
+    {  // bias + GELU
+      Tensor y;
+      linear(x, w.view, y, {.bias = &bias, .activation = Activation::gelu});
+      auto expected =
+          linear_reference(x_values, c.m, c.k, w.values, c.n, &bias_values, true, nullptr);
+      EXPECT_LT(relative_error(y.values(), expected), 1e-5);
+    }
+    {  // bias + residual held in the output itself (x += f(x) in place)
+      Tensor y = residual;
+      linear(x, w.view, y, {.bias = &bias, .residual = &y});
+      auto expected =
+          linear_reference(x_values, c.m, c.k, w.values, c.n, &bias_values, false, &r_values);
+      EXPECT_LT(relative_error(y.values(), expected), 1e-5);
+    }
+    {  // GELU then a residual in the output itself
+      Tensor y = residual;
+      linear(x, w.view, y, {.activation = Activation::gelu, .residual = &y});
+      auto expected = linear_reference(x_values, c.m, c.k, w.values, c.n, nullptr, true, &r_values);
+      EXPECT_LT(relative_error(y.values(), expected), 1e-5);
+    }
+    {  // separate residual tensor
+      Tensor y;
+      linear(x, w.view, y, {.bias = &bias, .residual = &residual});
+      auto expected =
+          linear_reference(x_values, c.m, c.k, w.values, c.n, &bias_values, false, &r_values);
+      EXPECT_LT(relative_error(y.values(), expected), 1e-5);
+    }
+  });
 }
 
 // Row counts on both sides of the direct-dot / panel+sgemm switch, widths that are not multiples
@@ -182,6 +198,25 @@ TEST(Linear, RejectsMismatchedShapes) {
   EXPECT_THROW(linear(good, w, good), Error);
 }
 
+TEST(Tensor, ShapesAndStorage) {
+  Tensor empty;
+  EXPECT_EQ(empty.elements(), 0);
+  EXPECT_TRUE(empty.values().empty());
+  Tensor t(Shape{2, 3});
+  EXPECT_EQ(t.rows(), 2);
+  EXPECT_EQ(t.cols(), 3);
+  for (float v : t.values()) EXPECT_EQ(v, 0.0f);
+  t.reshape(Shape{3, 2});
+  EXPECT_EQ(t.shape().str(), "[3, 2]");
+  EXPECT_THROW(t.reshape(Shape{4, 2}), Error);
+  const float* before = t.data();
+  t.resize(Shape{1, 2});  // shrinking keeps the buffer
+  EXPECT_EQ(t.data(), before);
+  EXPECT_EQ(t.elements(), 2);
+  EXPECT_THROW(Tensor(Shape{2}, std::vector<float>{1, 2, 3}), Error);
+  EXPECT_THROW((Shape{1, 2, 3, 4, 5}), Error);
+}
+
 TEST(Weight, ValidateNamesTheWeight) {
   std::vector<uint8_t> bytes(34 * 2);
   Weight w{DType::Q8_0, Shape{2, 32}, bytes.data(), bytes.size()};
@@ -198,31 +233,33 @@ TEST(Weight, ValidateNamesTheWeight) {
 }
 
 void check_conv1d(DType type, int stride) {
-  const int64_t steps = 23, c_in = 5, c_out = 7, kernel = 3, padding = 1;
-  const auto w_values = random_values(c_out * c_in * kernel, 11, 0.3f);
-  const StoredWeight w = store(type, w_values, Shape{c_out, c_in, kernel});
-  const auto bias_values = random_values(c_out, 12);
-  const Weight bias = Weight::f32(bias_values.data(), Shape{c_out});
-  const Tensor x = random_tensor(Shape{steps, c_in}, 13);
-  Tensor y;
-  conv1d(x, w.view, stride, padding, y, {.bias = &bias, .activation = Activation::gelu});
-  const int64_t out_steps = (steps + 2 * padding - kernel) / stride + 1;
-  ASSERT_EQ(y.shape(), (Shape{out_steps, c_out}));
-  std::vector<double> expected(out_steps * c_out);
-  for (int64_t t = 0; t < out_steps; ++t) {
-    for (int64_t o = 0; o < c_out; ++o) {
-      double sum = bias_values[o];
-      for (int64_t c = 0; c < c_in; ++c) {
-        for (int64_t k = 0; k < kernel; ++k) {
-          int64_t src = t * stride + k - padding;
-          if (src < 0 || src >= steps) continue;
-          sum += double(w.values[(o * c_in + c) * kernel + k]) * x.values()[src * c_in + c];
+  for_each_simd([&] {
+    const int64_t steps = 23, c_in = 5, c_out = 7, kernel = 3, padding = 1;
+    const auto w_values = random_values(c_out * c_in * kernel, 11, 0.3f);
+    const StoredWeight w = store(type, w_values, Shape{c_out, c_in, kernel});
+    const auto bias_values = random_values(c_out, 12);
+    const Weight bias = Weight::f32(bias_values.data(), Shape{c_out});
+    const Tensor x = random_tensor(Shape{steps, c_in}, 13);
+    Tensor y;
+    conv1d(x, w.view, stride, padding, y, {.bias = &bias, .activation = Activation::gelu});
+    const int64_t out_steps = (steps + 2 * padding - kernel) / stride + 1;
+    ASSERT_EQ(y.shape(), (Shape{out_steps, c_out}));
+    std::vector<double> expected(out_steps * c_out);
+    for (int64_t t = 0; t < out_steps; ++t) {
+      for (int64_t o = 0; o < c_out; ++o) {
+        double sum = bias_values[o];
+        for (int64_t c = 0; c < c_in; ++c) {
+          for (int64_t k = 0; k < kernel; ++k) {
+            int64_t src = t * stride + k - padding;
+            if (src < 0 || src >= steps) continue;
+            sum += double(w.values[(o * c_in + c) * kernel + k]) * x.values()[src * c_in + c];
+          }
         }
+        expected[t * c_out + o] = gelu_reference(sum);
       }
-      expected[t * c_out + o] = gelu_reference(sum);
     }
-  }
-  EXPECT_LT(relative_error(y.values(), expected), 1e-5);
+    EXPECT_LT(relative_error(y.values(), expected), 1e-5);
+  });
 }
 
 TEST(Conv1d, Stride1) {
@@ -236,58 +273,78 @@ TEST(Conv1d, Stride2F16) {
 }
 
 TEST(LayerNorm, MatchesReference) {
-  const int64_t rows = 5, n = 37;
-  // An offset mean makes a one-pass variance lose digits; the op must not.
-  Tensor x = random_tensor(Shape{rows, n}, 21);
-  for (float& v : x.values()) v += 100.0f;
-  const auto g = random_values(n, 22), b = random_values(n, 23);
-  const StoredWeight gamma16 = store(DType::F16, g, Shape{n});
-  Tensor y;
-  layer_norm(x, gamma16.view, Weight::f32(b.data(), Shape{n}), 1e-5f, y);
-  std::vector<double> expected(rows * n);
-  for (int64_t r = 0; r < rows; ++r) {
-    double mean = 0, var = 0;
-    for (int64_t j = 0; j < n; ++j) mean += x.values()[r * n + j];
-    mean /= n;
-    for (int64_t j = 0; j < n; ++j) var += std::pow(x.values()[r * n + j] - mean, 2);
-    var /= n;
-    for (int64_t j = 0; j < n; ++j) {
-      expected[r * n + j] =
-          (x.values()[r * n + j] - mean) / std::sqrt(var + 1e-5) * gamma16.values[j] + b[j];
+  for_each_simd([&] {
+    const int64_t rows = 5, n = 37;
+    // An offset mean makes a one-pass variance lose digits; the op must not.
+    Tensor x = random_tensor(Shape{rows, n}, 21);
+    for (float& v : x.values()) v += 100.0f;
+    const auto g = random_values(n, 22), b = random_values(n, 23);
+    const StoredWeight gamma16 = store(DType::F16, g, Shape{n});
+    Tensor y;
+    layer_norm(x, gamma16.view, Weight::f32(b.data(), Shape{n}), 1e-5f, y);
+    std::vector<double> expected(rows * n);
+    for (int64_t r = 0; r < rows; ++r) {
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < n; ++j) mean += x.values()[r * n + j];
+      mean /= n;
+      for (int64_t j = 0; j < n; ++j) var += std::pow(x.values()[r * n + j] - mean, 2);
+      var /= n;
+      for (int64_t j = 0; j < n; ++j) {
+        expected[r * n + j] =
+            (x.values()[r * n + j] - mean) / std::sqrt(var + 1e-5) * gamma16.values[j] + b[j];
+      }
     }
-  }
-  EXPECT_LT(relative_error(y.values(), expected), 1e-4);
-  // In place gives the same.
-  layer_norm(x, gamma16.view, Weight::f32(b.data(), Shape{n}), 1e-5f, x);
-  EXPECT_LT(relative_error(x.values(), expected), 1e-4);
+    EXPECT_LT(relative_error(y.values(), expected), 1e-4);
+    // In place gives the same.
+    layer_norm(x, gamma16.view, Weight::f32(b.data(), Shape{n}), 1e-5f, x);
+    EXPECT_LT(relative_error(x.values(), expected), 1e-4);
+  });
 }
 
 TEST(Softmax, MatchesReference) {
-  Tensor x = random_tensor(Shape{3, 19}, 31, 5.0f);
-  x.values()[5] = -1e30f;  // effectively masked
-  std::vector<double> expected(x.elements());
-  for (int64_t r = 0; r < 3; ++r) {
-    double max = -1e300, sum = 0;
-    for (int64_t j = 0; j < 19; ++j) max = std::max<double>(max, x.values()[r * 19 + j]);
-    for (int64_t j = 0; j < 19; ++j) sum += std::exp(x.values()[r * 19 + j] - max);
-    for (int64_t j = 0; j < 19; ++j)
-      expected[r * 19 + j] = std::exp(x.values()[r * 19 + j] - max) / sum;
-  }
-  softmax(x);
-  EXPECT_LT(relative_error(x.values(), expected), 1e-6);
-  EXPECT_EQ(x.values()[5], 0.0f);
+  for_each_simd([&] {
+    Tensor x = random_tensor(Shape{3, 19}, 31, 5.0f);
+    x.values()[5] = -1e30f;  // effectively masked
+    std::vector<double> expected(x.elements());
+    for (int64_t r = 0; r < 3; ++r) {
+      double max = -1e300, sum = 0;
+      for (int64_t j = 0; j < 19; ++j) max = std::max<double>(max, x.values()[r * 19 + j]);
+      for (int64_t j = 0; j < 19; ++j) sum += std::exp(x.values()[r * 19 + j] - max);
+      for (int64_t j = 0; j < 19; ++j)
+        expected[r * 19 + j] = std::exp(x.values()[r * 19 + j] - max) / sum;
+    }
+    softmax(x);
+    EXPECT_LT(relative_error(x.values(), expected), 1e-6);
+    EXPECT_EQ(x.values()[5], 0.0f);
+  });
 }
 
 TEST(Gelu, MatchesErfFormOverTheWholeRange) {
-  std::vector<float> values;
-  for (float v = -12.0f; v <= 12.0f; v += 0.01f) values.push_back(v);
-  Tensor x(Shape{static_cast<int64_t>(values.size())}, values);
-  gelu(x);
-  for (size_t i = 0; i < values.size(); ++i) {
-    ASSERT_NEAR(x.values()[i], gelu_reference(values[i]),
-                1e-6 * std::max(1.0f, std::abs(values[i])))
-        << "at " << values[i];
-  }
+  for_each_simd([&] {
+    std::vector<float> values;
+    for (float v = -12.0f; v <= 12.0f; v += 0.01f) values.push_back(v);
+    Tensor x(Shape{static_cast<int64_t>(values.size())}, values);
+    gelu(x);
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_NEAR(x.values()[i], gelu_reference(values[i]),
+                  1e-6 * std::max(1.0f, std::abs(values[i])))
+          << "at " << values[i];
+    }
+  });
+}
+
+TEST(Elementwise, NanPropagates) {
+  for_each_simd([&] {
+    std::vector<float> values(21, 0.5f);
+    values[17] = NAN;
+    Tensor g(Shape{21}, values);
+    gelu(g);
+    EXPECT_TRUE(std::isnan(g.values()[17]));
+    EXPECT_FALSE(std::isnan(g.values()[16]));
+    Tensor s(Shape{1, 21}, values);
+    softmax(s);
+    for (float v : s.values()) EXPECT_TRUE(std::isnan(v));
+  });
 }
 
 TEST(Elementwise, AddTransposeEmbeddingGather) {
@@ -367,34 +424,74 @@ struct AttentionCase {
 class AttentionTest : public ::testing::TestWithParam<AttentionCase> {};
 
 TEST_P(AttentionTest, MatchesReference) {
-  const AttentionCase c = GetParam();
-  const int heads = c.heads;
-  const int64_t width = heads * c.head_dim;
-  const Tensor q = random_tensor(Shape{c.batch, c.tq, width}, 51);
-  const Tensor k = random_tensor(Shape{c.kv_batch, c.capacity, width}, 52);
-  const Tensor v = random_tensor(Shape{c.kv_batch, c.capacity, width}, 53);
-  const float scale = 1.0f / std::sqrt(float(c.head_dim));
-  Tensor out;
-  attention(q, k, v, c.kv_length, heads, scale, c.causal, out);
-  ASSERT_EQ(out.shape(), q.shape());
-  auto expected = attention_reference(q, k, v, c.kv_length, heads, scale, c.causal);
-  EXPECT_LT(relative_error(out.values(), expected), 1e-5);
+  for_each_simd([&] {
+    const AttentionCase c = GetParam();
+    const int heads = c.heads;
+    const int64_t width = heads * c.head_dim;
+    const Tensor q = random_tensor(Shape{c.batch, c.tq, width}, 51);
+    const Tensor k = random_tensor(Shape{c.kv_batch, c.capacity, width}, 52);
+    const Tensor v = random_tensor(Shape{c.kv_batch, c.capacity, width}, 53);
+    const float scale = 1.0f / std::sqrt(float(c.head_dim));
+    Tensor out;
+    attention(q, k, v, c.kv_length, heads, scale, c.causal, out);
+    ASSERT_EQ(out.shape(), q.shape());
+    auto expected = attention_reference(q, k, v, c.kv_length, heads, scale, c.causal);
+    EXPECT_LT(relative_error(out.values(), expected), 1e-5);
+  });
 }
 
 // Decode steps (1 query, direct path), prefill (gemm path, several query blocks), cross-attention
 // over K/V shared by every sequence, and caches longer than the valid length.
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionTest,
-    ::testing::Values(AttentionCase{1, 1, 1, 10, 7, true}, AttentionCase{3, 3, 1, 10, 7, true},
-                      AttentionCase{2, 2, 5, 12, 9, true}, AttentionCase{2, 2, 70, 90, 80, true},
-                      AttentionCase{1, 1, 150, 150, 150, false},
-                      AttentionCase{4, 1, 1, 33, 33, false}, AttentionCase{2, 1, 20, 33, 30, false},
-                      // head sizes the SIMD paths take (and a 72 = 64 + 8)
-                      AttentionCase{3, 3, 1, 40, 37, true, 2, 64},
-                      AttentionCase{2, 1, 1, 41, 41, false, 2, 64},
-                      AttentionCase{1, 1, 1, 9, 9, false, 1, 72},
-                      AttentionCase{2, 2, 1, 10, 6, true, 2, 128},
-                      AttentionCase{1, 1, 300, 300, 300, false, 2, 64}));
+    ::testing::Values(
+        AttentionCase{1, 1, 1, 10, 7, true}, AttentionCase{3, 3, 1, 10, 7, true},
+        AttentionCase{2, 2, 5, 12, 9, true}, AttentionCase{2, 2, 70, 90, 80, true},
+        AttentionCase{1, 1, 150, 150, 150, false}, AttentionCase{4, 1, 1, 33, 33, false},
+        AttentionCase{2, 1, 20, 33, 30, false},
+        // head sizes the SIMD paths take (and a 72 = 64 + 8)
+        AttentionCase{3, 3, 1, 40, 37, true, 2, 64}, AttentionCase{2, 1, 1, 41, 41, false, 2, 64},
+        AttentionCase{1, 1, 1, 9, 9, false, 1, 72}, AttentionCase{2, 2, 1, 10, 6, true, 2, 128},
+        AttentionCase{1, 1, 300, 300, 300, false, 2, 64},
+        // AVX-512 tiles: causal across tiles and blocks, a 64 + 16 head, the
+        // smallest head, several sequences over one shared window
+        AttentionCase{2, 2, 70, 90, 80, true, 2, 64}, AttentionCase{1, 1, 13, 40, 40, false, 1, 80},
+        AttentionCase{1, 1, 9, 50, 45, true, 2, 16},
+        AttentionCase{3, 1, 7, 100, 97, false, 2, 64}));
+
+// Cross-attention over packed keys and values equals the plain op over the same keys.
+TEST(Attention, PackedKeysAndValues) {
+  for (int64_t head_dim : {16, 20, 64}) {
+    SCOPED_TRACE("head_dim " + std::to_string(head_dim));
+    const int heads = 2;
+    const int64_t width = heads * head_dim, keys = 45;
+    const Tensor k = random_tensor(Shape{1, keys, width}, 71);
+    const Tensor v = random_tensor(Shape{1, keys, width}, 72);
+    const float scale = 1.0f / std::sqrt(float(head_dim));
+    for (int64_t queries : {1, 3, 9}) {
+      const Tensor q = random_tensor(Shape{2, queries, width}, 73);
+      const auto expected = attention_reference(q, k, v, keys, heads, scale, false);
+      for_each_simd([&] {
+        PackedKv kv;
+        pack_kv(k, v, heads, kv);
+        EXPECT_EQ(kv.length, keys);
+        Tensor out;
+        attention(q, kv, scale, out);
+        EXPECT_LT(relative_error(out.values(), expected), 1e-5);
+        // Packed with AVX-512, read without it.
+        cpu::limit_simd(cpu::SimdLevel::portable);
+        attention(q, kv, scale, out);
+        EXPECT_LT(relative_error(out.values(), expected), 1e-5);
+      });
+    }
+  }
+  PackedKv kv;
+  EXPECT_THROW(pack_kv(Tensor(Shape{2, 3, 4}), Tensor(Shape{2, 3, 4}), 2, kv), Error);
+  EXPECT_THROW(pack_kv(Tensor(Shape{1, 3, 4}), Tensor(Shape{1, 3, 4}), 3, kv), Error);
+  pack_kv(Tensor(Shape{1, 3, 4}), Tensor(Shape{1, 3, 4}), 2, kv);
+  Tensor out;
+  EXPECT_THROW(attention(Tensor(Shape{1, 1, 6}), kv, 1.0f, out), Error);
+}
 
 TEST(Attention, RejectsBadShapes) {
   Tensor q(Shape{2, 3, 8}), k(Shape{2, 5, 8}), v(Shape{2, 5, 8}), out;

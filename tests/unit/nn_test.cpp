@@ -203,13 +203,14 @@ TEST(MultiHeadAttention, CrossAttentionOverSharedMemory) {
   const MultiHeadAttention attention = make_attention(store, 16, 4);
   const Tensor memory = random_tensor(Shape{1, 9, 16}, 7);
   const Tensor x = random_tensor(Shape{3, 2, 16}, 8);
-  Tensor keys, values;
-  attention.project_memory(memory, keys, values);
-  EXPECT_EQ(keys.shape(), (Shape{1, 9, 16}));
+  compute::PackedKv memory_kv;
+  attention.project_memory(memory, memory_kv);
+  EXPECT_EQ(memory_kv.length, 9);
+  EXPECT_EQ(memory_kv.width, 16);
   AttentionScratch scratch;
   Tensor shared;
   Tensor residual = random_tensor(Shape{3, 2, 16}, 9);
-  attention.cross_attention(x, keys, values, scratch, shared, &residual);
+  attention.cross_attention(x, memory_kv, scratch, shared, &residual);
 
   // The same as attending each sequence separately, with the memory per sequence.
   for (int s = 0; s < 3; ++s) {
@@ -218,7 +219,7 @@ TEST(MultiHeadAttention, CrossAttentionOverSharedMemory) {
       one.values()[i] = x.values()[s * 32 + i];
       one_residual.values()[i] = residual.values()[s * 32 + i];
     }
-    attention.cross_attention(one, keys, values, scratch, out, &one_residual);
+    attention.cross_attention(one, memory_kv, scratch, out, &one_residual);
     for (int i = 0; i < 32; ++i) EXPECT_NEAR(out.values()[i], shared.values()[s * 32 + i], 1e-5);
   }
 }

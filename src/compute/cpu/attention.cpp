@@ -1,14 +1,18 @@
 // Multi-head scaled dot-product attention on the CPU.
 //
-// Work is split into (sequence, head, block of queries) tasks across threads. Long query blocks
-// (the encoder, prompt prefill) use two sgemm calls per task with the scores of one block kept in
-// cache; a few queries (a decode step) are done with direct dot products, because there a BLAS
-// call per head would cost more than the arithmetic.
+// Work is split into (sequence, head, block of queries) tasks across threads. A single query (a
+// decode step) is done with direct dot products, because a BLAS call per head would cost more
+// than the arithmetic. Blocks of queries (the encoder, a prompt prefill) go through AVX-512
+// register tiles over keys and values packed per head (attention_avx512.cpp), or without
+// AVX-512 through two sgemm calls per task with the block's scores kept in cache. Keys and
+// values attended to again and again (cross-attention over a window) are packed once, by
+// pack_kv(), and then serve every decode step, one query or many.
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "compute/cpu/kernels.h"
-#include "compute/cpu/simd.h"
+#include "compute/cpu/simd512.h"
 
 namespace hark::compute::cpu {
 
@@ -17,8 +21,8 @@ namespace {
 // Queries per task: their scores ([block x keys]) stay in L2, and sgemm gets rows enough to
 // amortise packing each head's keys and values.
 constexpr int64_t kQueryBlock = 256;
-// A single query (a decode step of one sequence) is done with direct dot products; from two on,
-// sgemm's reuse of each key and value row pays for the call.
+// A single query is done with direct dot products; from two on, tiles (or sgemm) reuse each key
+// and value row enough to pay for packing.
 constexpr int64_t kDirectQueries = 1;
 
 struct Head {
@@ -147,7 +151,87 @@ void attend_gemm(const Head& head, int64_t rows, int64_t keys, Visible visible, 
   }
 }
 
+// Queries against one head packed by pack_head_avx512 (keys in [head_dim][32] blocks, then the
+// values [keys][head_dim]), without AVX-512: only when tests cap the instruction set after
+// packing, so plain loops will do.
+void attend_packed_portable(const float* q, const float* packed, float* out, int64_t stride,
+                            int64_t head_dim, int64_t keys, int64_t rows, float scale,
+                            std::vector<float>& scores) {
+  const float* values = packed + (keys + 31) / 32 * 32 * head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* qr = q + r * stride;
+    for (int64_t j = 0; j < keys; ++j) {
+      const float* key_block = packed + (j / 32) * head_dim * 32 + j % 32;
+      float sum = 0.0f;
+      for (int64_t d = 0; d < head_dim; ++d) sum += qr[d] * key_block[d * 32];
+      scores[j] = scale * sum;
+    }
+    const float inverse = 1.0f / exp_shifted_row(scores.data(), keys);
+    float* o = out + r * stride;
+    std::fill(o, o + head_dim, 0.0f);
+    for (int64_t j = 0; j < keys; ++j) {
+      for (int64_t d = 0; d < head_dim; ++d) o[d] += scores[j] * values[j * head_dim + d];
+    }
+    for (int64_t d = 0; d < head_dim; ++d) o[d] *= inverse;
+  }
+}
+
 }  // namespace
+
+void pack_kv(Tensor k, Tensor v, int heads, PackedKv& kv) {
+  kv.heads = heads;
+  kv.length = k.dim(1);
+  kv.width = k.dim(2);
+  const int64_t head_dim = kv.width / heads;
+  if (!has_avx512() || head_dim % 16 != 0) {
+    kv.keys = std::move(k);
+    kv.values = std::move(v);
+    kv.packed = Tensor();
+    return;
+  }
+  const int64_t size = packed_head_floats(head_dim, kv.length);
+  kv.packed.resize(Shape{heads * size});
+  float* packed = kv.packed.data();
+#pragma omp parallel for schedule(static) if (heads > 1 && kv.length * kv.width >= 256 * 1024)
+  for (int h = 0; h < heads; ++h) {
+    pack_head_avx512(k.data() + h * head_dim, v.data() + h * head_dim, kv.width, head_dim,
+                     kv.length, packed + h * size);
+  }
+  kv.keys = Tensor();
+  kv.values = Tensor();
+}
+
+void attention(const Tensor& q, const PackedKv& kv, float scale, Tensor& out) {
+  if (!kv.is_packed()) {
+    return cpu::attention(q, kv.keys, kv.values, kv.length, kv.heads, scale, false, out);
+  }
+  // Every query row of every sequence sees all keys: one [rows, width] matrix of queries.
+  const int64_t rows = q.dim(0) * q.dim(1), width = kv.width, heads = kv.heads;
+  const int64_t head_dim = width / heads;
+  const int64_t size = packed_head_floats(head_dim, kv.length);
+  const int64_t blocks = (rows + kQueryBlock - 1) / kQueryBlock;
+  const int64_t tasks = heads * blocks;
+  const bool parallel = tasks > 1 && rows * kv.length * width >= 256 * 1024;
+  const bool avx512 = has_avx512();
+#pragma omp parallel for schedule(dynamic, 1) if (parallel)
+  for (int64_t task = 0; task < tasks; ++task) {
+    thread_local std::vector<float> scores;
+    const int64_t h = task / blocks;
+    const int64_t i0 = (task % blocks) * kQueryBlock;
+    const int64_t count = std::min(kQueryBlock, rows - i0);
+    const float* head_q = q.data() + i0 * width + h * head_dim;
+    const float* head_kv = kv.packed.data() + h * size;
+    float* head_out = out.data() + i0 * width + h * head_dim;
+    if (avx512) {
+      attend_block_avx512(head_q, head_kv, head_out, width, head_dim, kv.length, count, kv.length,
+                          false, scale, scores);
+    } else {
+      if (scores.size() < static_cast<size_t>(kv.length)) scores.resize(kv.length);
+      attend_packed_portable(head_q, head_kv, head_out, width, head_dim, kv.length, count, scale,
+                             scores);
+    }
+  }
+}
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_length, int heads,
                float scale, bool causal, Tensor& out) {
@@ -171,26 +255,25 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len
   // window; not the short self-attention of a decode step: see linear.cpp's kParallelWork).
   const bool parallel = tasks > 1 && sequences * queries * kv_length * width >= 256 * 1024;
 
-  // Blocks of queries go through AVX-512 tiles where the CPU has them, over keys transposed
-  // once per (sequence, head) here.
+  // Blocks of queries go through AVX-512 tiles where the CPU has them, over keys and values
+  // packed once per (sequence, head) here.
   const bool tiles = queries > kDirectQueries && head_dim % 16 == 0 && has_avx512();
   const int64_t kv_sequences = shared_kv ? 1 : sequences;
-  const int64_t kt_stride = (kv_length + 31) / 32 * 32;
-  const int64_t kt_size = head_dim * kt_stride;
-  thread_local std::vector<float> transposed;
+  const int64_t packed_size = packed_head_floats(head_dim, kv_length);
+  thread_local std::vector<float> packed;
   if (tiles) {
-    if (transposed.size() < static_cast<size_t>(kv_sequences * heads * kt_size)) {
-      transposed.resize(kv_sequences * heads * kt_size);
+    if (packed.size() < static_cast<size_t>(kv_sequences * heads * packed_size)) {
+      packed.resize(kv_sequences * heads * packed_size);
     }
-    float* kt = transposed.data();
+    float* all = packed.data();
 #pragma omp parallel for schedule(static) if (parallel && kv_sequences * heads > 1)
     for (int64_t sh = 0; sh < kv_sequences * heads; ++sh) {
-      const int64_t b = sh / heads, h = sh % heads;
-      transpose_keys_avx512(k.data() + b * capacity * width + h * head_dim, width, head_dim,
-                            kv_length, kt + sh * kt_size, kt_stride);
+      const int64_t offset = (sh / heads) * capacity * width + (sh % heads) * head_dim;
+      pack_head_avx512(k.data() + offset, v.data() + offset, width, head_dim, kv_length,
+                       all + sh * packed_size);
     }
   }
-  const float* kt_all = transposed.data();
+  const float* packed_all = packed.data();
 
 #pragma omp parallel for schedule(dynamic, 1) if (parallel)
   for (int64_t task = 0; task < tasks; ++task) {
@@ -212,8 +295,8 @@ void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_len
     if (rows <= kDirectQueries) {
       attend_direct(head, rows, visible, scale, scores);
     } else if (tiles) {
-      attend_block_avx512(head.q, kt_all + (kv_sequence * heads + h) * kt_size, kt_stride, head.v,
-                          head.out, width, head_dim, rows, visible(0), causal, scale, scores);
+      attend_block_avx512(head.q, packed_all + (kv_sequence * heads + h) * packed_size, head.out,
+                          width, head_dim, kv_length, rows, visible(0), causal, scale, scores);
     } else {
       attend_gemm(head, rows, keys, visible, scale, scores);
     }

@@ -2,82 +2,37 @@
 //
 // Through sgemm, the scores of a head cost a BLAS call with an inner dimension of only head_dim
 // (64), and the weighted sum of values re-packs every probability once more. Here each head's
-// keys are transposed once ([head_dim, keys], so 16 consecutive keys are one vector), and six
-// query rows at a time go through the scores (6 x 32 accumulators), the softmax, and the sum over
-// values (6 x 64 accumulators) without leaving registers and L1/L2.
-
-// GCC 12's avx512fintrin.h passes _mm512_undefined_ps() through unmasked intrinsics and then
-// warns about it where they are inlined (GCC PR 105593, fixed in GCC 13): silence exactly that.
-#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// keys are packed once (transposed, in blocks of 32, so 16 consecutive keys are one vector; the
+// values made contiguous), and six query rows at a time go through the scores (6 x 32
+// accumulators), the softmax, and the sum over values (6 x 64 accumulators) without leaving
+// registers and L1/L2.
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "compute/cpu/kernels.h"
-#include "compute/cpu/simd.h"
+#include "compute/cpu/simd512.h"
 
 namespace hark::compute::cpu {
 
 #if HARK_X86
 
-#define HARK_AVX512 __attribute__((target("avx512f,avx2,fma,f16c")))
-
-bool has_avx512() {
-  static const bool supported = has_avx2() && __builtin_cpu_supports("avx512f");
-  return supported;
-}
-
 namespace {
-
-HARK_AVX512 inline float hsum16(__m512 v) {
-  const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return hsum8(_mm256_add_ps(_mm512_castps512_ps256(v), high));
-}
-
-HARK_AVX512 inline float hmax16(__m512 v) {
-  const __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-  return hmax8(_mm256_max_ps(_mm512_castps512_ps256(v), high));
-}
 
 constexpr int kTileRows = 6;   // query rows per register tile
 constexpr int kTileKeys = 32;  // keys per score tile (two vectors)
 
-// exp16: exp8's algorithm on 16 lanes (see simd.h).
-HARK_AVX512 inline __m512 exp16(__m512 input) {
-  const __m512 lo = _mm512_set1_ps(-87.3365478515625f);
-  const __mmask16 underflow = _mm512_cmp_ps_mask(input, lo, _CMP_LT_OQ);
-  const __mmask16 nan = _mm512_cmp_ps_mask(input, input, _CMP_UNORD_Q);
-  __m512 x = _mm512_max_ps(_mm512_min_ps(input, _mm512_set1_ps(88.3762626647949f)), lo);
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
-  __m512i exponent = _mm512_slli_epi32(_mm512_cvtps_epi32(n), 23);
-  __m512 result = _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(p), exponent));
-  result = _mm512_maskz_mov_ps(static_cast<__mmask16>(~underflow), result);
-  return _mm512_mask_mov_ps(result, nan, input);
-}
-
-// s[r, j0 .. j0 + 32) = scale · q_r · kt[:, j0 .. j0 + 32) for R query rows.
+// s[r, j0 .. j0 + 32) = scale · q_r · keys j0 .. j0 + 32 for R query rows; `block` is the keys'
+// packed [head_dim][32] block.
 template <int R>
-HARK_AVX512 void score_tile(const float* q, int64_t q_stride, const float* kt, int64_t kt_stride,
-                            int64_t head_dim, float scale, float* s, int64_t s_stride) {
+HARK_AVX512 void score_tile(const float* q, int64_t q_stride, const float* block, int64_t head_dim,
+                            float scale, float* s, int64_t s_stride) {
   __m512 acc[R][2];
   for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
   for (int64_t d = 0; d < head_dim; ++d) {
-    const __m512 k0 = _mm512_loadu_ps(kt + d * kt_stride);
-    const __m512 k1 = _mm512_loadu_ps(kt + d * kt_stride + 16);
+    const __m512 k0 = _mm512_loadu_ps(block + d * kTileKeys);
+    const __m512 k1 = _mm512_loadu_ps(block + d * kTileKeys + 16);
     for (int r = 0; r < R; ++r) {
       const __m512 qv = _mm512_set1_ps(q[r * q_stride + d]);
       acc[r][0] = _mm512_fmadd_ps(qv, k0, acc[r][0]);
@@ -138,8 +93,7 @@ HARK_AVX512 void value_tile(const float* p, int64_t p_stride, const float* v, in
   }
 }
 
-using ScoreTileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, float, float*,
-                             int64_t);
+using ScoreTileFn = void (*)(const float*, int64_t, const float*, int64_t, float, float*, int64_t);
 using ValueTileFn = void (*)(const float*, int64_t, const float*, int64_t, int64_t, const float*,
                              float*, int64_t);
 
@@ -173,37 +127,44 @@ ValueTileFn pick_value_tile(int rows, int chunks) {
 
 }  // namespace
 
-HARK_AVX512 void transpose_keys_avx512(const float* k, int64_t stride, int64_t head_dim,
-                                       int64_t keys, float* kt, int64_t kt_stride) {
-  // 16 x 16 blocks through a small buffer: reads and writes both stay within a few lines.
+HARK_AVX512 void pack_head_avx512(const float* k, const float* v, int64_t stride, int64_t head_dim,
+                                  int64_t keys, float* packed) {
+  // Keys: blocks of 32 keys, each [head_dim][32] (one score tile reads 8 KiB in a row), the
+  // last block zero-padded. 16 x 16 sub-blocks go through a small buffer.
   alignas(64) float block[16][16];
   const int64_t padded = (keys + kTileKeys - 1) / kTileKeys * kTileKeys;
   for (int64_t j0 = 0; j0 < padded; j0 += 16) {
+    float* key_block = packed + (j0 / kTileKeys) * head_dim * kTileKeys + j0 % kTileKeys;
     for (int64_t d0 = 0; d0 < head_dim; d0 += 16) {
       for (int jj = 0; jj < 16; ++jj) {
         const int64_t j = j0 + jj;
-        if (j < keys) {
-          _mm512_store_ps(block[jj], _mm512_loadu_ps(k + j * stride + d0));
-        } else {
-          _mm512_store_ps(block[jj], _mm512_setzero_ps());
-        }
+        _mm512_store_ps(block[jj],
+                        j < keys ? _mm512_loadu_ps(k + j * stride + d0) : _mm512_setzero_ps());
       }
       for (int dd = 0; dd < 16; ++dd) {
-        float* dst = kt + (d0 + dd) * kt_stride + j0;
+        float* dst = key_block + (d0 + dd) * kTileKeys;
         for (int jj = 0; jj < 16; ++jj) dst[jj] = block[jj][dd];
       }
     }
   }
+  // Values: the head's rows made contiguous ([keys][head_dim]), a stream the prefetcher follows
+  // (rows `stride` apart cross a page every other row).
+  float* values = packed + padded * head_dim;
+  for (int64_t j = 0; j < keys; ++j) {
+    for (int64_t d = 0; d < head_dim; d += 16) {
+      _mm512_storeu_ps(values + j * head_dim + d, _mm512_loadu_ps(v + j * stride + d));
+    }
+  }
 }
 
-void attend_block_avx512(const float* q, const float* kt, int64_t kt_stride, const float* v,
-                         float* out, int64_t stride, int64_t head_dim, int64_t rows,
-                         int64_t first_visible, bool causal, float scale,
-                         std::vector<float>& scratch) {
+void attend_block_avx512(const float* q, const float* packed, float* out, int64_t stride,
+                         int64_t head_dim, int64_t keys_total, int64_t rows, int64_t first_visible,
+                         bool causal, float scale, std::vector<float>& scratch) {
   const int64_t max_keys = causal ? first_visible + rows - 1 : first_visible;
   const int64_t padded = (max_keys + kTileKeys - 1) / kTileKeys * kTileKeys;
   if (scratch.size() < static_cast<size_t>(kTileRows * padded)) scratch.resize(kTileRows * padded);
   float* s = scratch.data();
+  const float* values = packed + (keys_total + kTileKeys - 1) / kTileKeys * kTileKeys * head_dim;
   for (int64_t r0 = 0; r0 < rows; r0 += kTileRows) {
     const int tile_rows = static_cast<int>(std::min<int64_t>(kTileRows, rows - r0));
     auto visible = [&](int64_t r) { return causal ? first_visible + r0 + r : first_visible; };
@@ -211,7 +172,7 @@ void attend_block_avx512(const float* q, const float* kt, int64_t kt_stride, con
     const int64_t tile_padded = (keys + kTileKeys - 1) / kTileKeys * kTileKeys;
     const float* q_tile = q + r0 * stride;
     for (int64_t j0 = 0; j0 < tile_padded; j0 += kTileKeys) {
-      kScoreTiles[tile_rows - 1](q_tile, stride, kt + j0, kt_stride, head_dim, scale, s + j0,
+      kScoreTiles[tile_rows - 1](q_tile, stride, packed + j0 * head_dim, head_dim, scale, s + j0,
                                  padded);
     }
     float inverse[kTileRows];
@@ -220,7 +181,7 @@ void attend_block_avx512(const float* q, const float* kt, int64_t kt_stride, con
     }
     for (int64_t d0 = 0; d0 < head_dim; d0 += 64) {
       const int chunks = static_cast<int>(std::min<int64_t>(64, head_dim - d0) / 16);
-      pick_value_tile(tile_rows, chunks)(s, padded, v + d0, stride, keys, inverse,
+      pick_value_tile(tile_rows, chunks)(s, padded, values + d0, head_dim, keys, inverse,
                                          out + r0 * stride + d0, stride);
     }
   }
@@ -228,12 +189,9 @@ void attend_block_avx512(const float* q, const float* kt, int64_t kt_stride, con
 
 #else
 
-bool has_avx512() {
-  return false;
-}
-void transpose_keys_avx512(const float*, int64_t, int64_t, int64_t, float*, int64_t) {}
-void attend_block_avx512(const float*, const float*, int64_t, const float*, float*, int64_t,
-                         int64_t, int64_t, int64_t, bool, float, std::vector<float>&) {}
+void pack_head_avx512(const float*, const float*, int64_t, int64_t, int64_t, float*) {}
+void attend_block_avx512(const float*, const float*, float*, int64_t, int64_t, int64_t, int64_t,
+                         int64_t, bool, float, std::vector<float>&) {}
 
 #endif  // HARK_X86
 

@@ -1,12 +1,13 @@
 // Row-wise and element-wise ops on the CPU: norms, softmax, GELU, adds, copies and gathers.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "base/error.h"
 #include "compute/cpu/kernels.h"
-#include "compute/cpu/simd.h"
+#include "compute/cpu/simd512.h"
 
 namespace hark::compute::cpu {
 
@@ -60,6 +61,15 @@ HARK_AVX2 void scale_row_avx2(float* x, int64_t n, float factor) {
   for (int64_t j = 0; j < whole; j += 8)
     _mm256_storeu_ps(x + j, _mm256_mul_ps(_mm256_loadu_ps(x + j), f));
   for (int64_t j = whole; j < n; ++j) x[j] *= factor;
+}
+
+HARK_AVX512 void gelu_row_avx512(float* x, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, gelu16(_mm512_loadu_ps(x + j)));
+  if (j < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_ps(x + j, tail, gelu16(_mm512_maskz_loadu_ps(tail, x + j)));
+  }
 }
 
 HARK_AVX2 void gelu_row_avx2(float* x, int64_t n) {
@@ -118,11 +128,30 @@ void layer_norm_row(const float* src, float* dst, int64_t n, const float* g, con
 
 }  // namespace
 
+namespace {
+std::atomic<int> simd_limit{static_cast<int>(SimdLevel::avx512)};
+}  // namespace
+
+void limit_simd(SimdLevel level) {
+  simd_limit.store(static_cast<int>(level), std::memory_order_relaxed);
+}
+
 bool has_avx2() {
 #if HARK_X86
   static const bool supported = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                                 __builtin_cpu_supports("f16c");
-  return supported;
+  return supported &&
+         simd_limit.load(std::memory_order_relaxed) >= static_cast<int>(SimdLevel::avx2);
+#else
+  return false;
+#endif
+}
+
+bool has_avx512() {
+#if HARK_X86
+  static const bool supported = __builtin_cpu_supports("avx512f");
+  return supported && has_avx2() &&
+         simd_limit.load(std::memory_order_relaxed) >= static_cast<int>(SimdLevel::avx512);
 #else
   return false;
 #endif
@@ -153,6 +182,7 @@ void softmax_row(float* x, int64_t n) {
 
 void gelu_row(float* x, int64_t n) {
 #if HARK_X86
+  if (has_avx512()) return gelu_row_avx512(x, n);
   if (has_avx2()) return gelu_row_avx2(x, n);
 #endif
   for (int64_t j = 0; j < n; ++j) x[j] = gelu_scalar(x[j]);

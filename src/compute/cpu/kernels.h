@@ -33,21 +33,24 @@ void embedding(const Weight& table, std::span<const int32_t> ids, Tensor& y);
 void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& y);
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_length, int heads,
                float scale, bool causal, Tensor& out);
+void pack_kv(Tensor k, Tensor v, int heads, PackedKv& kv);
+void attention(const Tensor& q, const PackedKv& kv, float scale, Tensor& out);
 void write_rows(const Tensor& src, int64_t offset, Tensor& dst);
 void gather_sequences(const Tensor& src, std::span<const int> source, int64_t length, Tensor& dst);
 
 // Block attention with AVX-512 register tiles (attention_avx512.cpp), for head_dim a multiple
-// of 16 on CPUs with AVX-512F. The keys of a head are first transposed to kt [head_dim,
-// kt_stride] (kt_stride: `keys` rounded up to 32, zero-padded); then `rows` queries (rows
-// `stride` apart, like v and out) attend to them, query r to the first first_visible + r keys
-// when causal, to first_visible keys otherwise. `scratch` is reused between calls.
-bool has_avx512();
-void transpose_keys_avx512(const float* k, int64_t stride, int64_t head_dim, int64_t keys,
-                           float* kt, int64_t kt_stride);
-void attend_block_avx512(const float* q, const float* kt, int64_t kt_stride, const float* v,
-                         float* out, int64_t stride, int64_t head_dim, int64_t rows,
-                         int64_t first_visible, bool causal, float scale,
-                         std::vector<float>& scratch);
+// of 16 on CPUs with AVX-512F. First the keys and values of one head (rows `stride` apart) are
+// packed into `packed`, packed_head_floats() floats; then `rows` queries (rows `stride` apart,
+// like out) attend to them: query r to the first first_visible + r keys when causal, to the
+// first first_visible otherwise. `scratch` is reused between calls.
+inline int64_t packed_head_floats(int64_t head_dim, int64_t keys) {
+  return ((keys + 31) / 32 * 32 + keys) * head_dim;
+}
+void pack_head_avx512(const float* k, const float* v, int64_t stride, int64_t head_dim,
+                      int64_t keys, float* packed);
+void attend_block_avx512(const float* q, const float* packed, float* out, int64_t stride,
+                         int64_t head_dim, int64_t keys, int64_t rows, int64_t first_visible,
+                         bool causal, float scale, std::vector<float>& scratch);
 
 // Row kernels shared by several ops (n values each).
 void softmax_row(float* x, int64_t n);

@@ -3,8 +3,8 @@
 // Two strategies, chosen by the number of rows of x:
 //  - many rows (encoder, prompt prefill): W is cut into panels of rows; each thread expands its
 //    panel to F32 (F16/BF16/Q8_0) or uses it in place (F32) and runs a single-threaded sgemm of x
-//    against it, then applies the epilogue to those columns while they are still in cache. No F32
-//    copy of a whole matrix ever exists.
+//    against it, then applies the epilogue to those columns. No F32 copy of a whole matrix ever
+//    exists.
 //  - a few rows (one decode step per sequence): the product is memory-bound on W, so each stored
 //    row is read once and dotted directly with every row of x, converting in registers.
 #include <omp.h>
@@ -41,6 +41,15 @@ const float* bias_values(const Weight* bias, std::vector<float>& scratch) {
   return scratch.data();
 }
 
+void activate_row(Activation activation, float* x, int64_t n) {
+  switch (activation) {
+    case Activation::none:
+      return;
+    case Activation::gelu:
+      return gelu_row(x, n);
+  }
+}
+
 // y[i, n0 + j] = activation(raw[i, j] + bias[n0 + j]) + residual[i, n0 + j] for i < m, j < count.
 // raw may be y + n0 (in place, then without residual) and residual may be y: each element of the
 // residual is read before the same element of y is written.
@@ -74,7 +83,7 @@ void finish(const float* raw, int64_t ld_raw, float* y, int64_t ldy, int64_t m, 
     } else if (src != out) {
       std::memcpy(out, src, static_cast<size_t>(count) * sizeof(float));
     }
-    gelu_row(out, count);
+    activate_row(activation, out, count);
     if (res != nullptr) {
       for (int64_t j = 0; j < count; ++j) dst[j] = out[j] + res[j];
     }

@@ -22,6 +22,11 @@ namespace hark::compute::cpu {
 // True when the CPU has AVX2, FMA and F16C (every x86-64-v3 machine).
 bool has_avx2();
 
+// Tests run every kernel variant on one machine by capping the instruction sets used (the CPU's
+// own support still applies). Not for production use: it is a process-wide switch.
+enum class SimdLevel { portable = 0, avx2 = 1, avx512 = 2 };
+void limit_simd(SimdLevel level);
+
 // GELU with the exact (erf) form, as torch.nn.functional.gelu(approximate="none").
 inline float gelu_scalar(float x) {
   return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752f));

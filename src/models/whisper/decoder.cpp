@@ -8,10 +8,9 @@ using compute::Shape;
 using compute::Tensor;
 
 void project_cross_kv(const DecoderWeights& weights, const Tensor& frames, CrossKv& cross) {
-  cross.keys.resize(weights.layers.size());
-  cross.values.resize(weights.layers.size());
+  cross.layers.resize(weights.layers.size());
   for (size_t l = 0; l < weights.layers.size(); ++l) {
-    weights.layers[l].cross_attention.project_memory(frames, cross.keys[l], cross.values[l]);
+    weights.layers[l].cross_attention.project_memory(frames, cross.layers[l]);
   }
 }
 
@@ -58,8 +57,7 @@ void run_decoder(const Config& config, const DecoderWeights& weights, const Cros
     layer.self_attention.cached_self_attention(state.h, state.caches[l], /*causal=*/true,
                                                state.scratch, x, &x);
     layer.cross_attention_norm.forward(x, state.h);
-    layer.cross_attention.cross_attention(state.h, cross.keys[l], cross.values[l], state.scratch, x,
-                                          &x);
+    layer.cross_attention.cross_attention(state.h, cross.layers[l], state.scratch, x, &x);
     layer.ffn_norm.forward(x, state.h);
     layer.ffn.forward(state.h, state.hidden, x, &x);
   }

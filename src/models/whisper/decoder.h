@@ -10,10 +10,10 @@
 
 namespace hark::whisper {
 
-// Cross-attention keys and values of every decoder layer for one window, [1, S, d] each: computed
-// once in encode() and shared by every sequence decoded on that window.
+// Cross-attention keys and values of every decoder layer for one window: computed (and packed
+// for the CPU's attention) once in encode() and shared by every sequence decoded on that window.
 struct CrossKv {
-  std::vector<compute::Tensor> keys, values;
+  std::vector<compute::PackedKv> layers;
 };
 
 void project_cross_kv(const DecoderWeights& weights, const compute::Tensor& frames, CrossKv& cross);
