@@ -16,6 +16,7 @@
 #include "format/safetensors.h"
 #include "models/whisper/convert.h"
 #include "models/whisper/model.h"
+#include "support/compare.h"
 #include "support/tiny_whisper.h"
 
 namespace hark::whisper {
@@ -30,16 +31,7 @@ std::vector<float> reference_values(const safetensors::File& file, const std::st
   return values;
 }
 
-// max |a - b| / max |b|.
-double relative_error(std::span<const float> actual, std::span<const float> expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
-    diff = std::max(diff, std::abs(double(actual[i]) - expected[i]));
-    scale = std::max(scale, std::abs(double(expected[i])));
-  }
-  return scale == 0 ? diff : diff / scale;
-}
+using hark::testing::relative_error;
 
 struct ParityCase {
   const char* model;

@@ -15,6 +15,7 @@
 #include "models/whisper/convert.h"
 #include "models/whisper/model.h"
 #include "models/whisper/synthetic.h"
+#include "support/compare.h"
 #include "support/tiny_whisper.h"
 
 namespace hark::whisper {
@@ -22,15 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-double relative_error(std::span<const float> actual, std::span<const float> expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
-    diff = std::max(diff, std::abs(double(actual[i]) - expected[i]));
-    scale = std::max(scale, std::abs(double(expected[i])));
-  }
-  return scale == 0 ? diff : diff / scale;
-}
+using hark::testing::relative_error;
 
 // Logits at every position of a transcription prompt, after encoding jfk.wav.
 std::vector<float> prompt_logits(const std::string& gguf_path) {

@@ -15,6 +15,7 @@
 #include "format/gguf.h"
 #include "format/quant.h"
 #include "models/whisper/model.h"
+#include "support/compare.h"
 #include "support/tiny_whisper.h"
 
 namespace hark::whisper {
@@ -157,15 +158,7 @@ std::vector<float> tiny_mel(uint32_t seed) {
   return mel;
 }
 
-double relative_error(std::span<const float> actual, std::span<const float> expected) {
-  EXPECT_EQ(actual.size(), expected.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
-    diff = std::max(diff, std::abs(double(actual[i]) - expected[i]));
-    scale = std::max(scale, std::abs(double(expected[i])));
-  }
-  return scale == 0 ? diff : diff / scale;
-}
+using hark::testing::relative_error;
 
 std::span<const float> row(const std::vector<float>& logits, size_t index) {
   return std::span<const float>(logits).subspan(index * kVocab, kVocab);
