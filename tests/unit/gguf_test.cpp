@@ -10,29 +10,14 @@
 #include <random>
 
 #include "base/error.h"
+#include "support/scratch_dir.h"
 
 namespace hark::gguf {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh folder per test, removed afterwards.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::path(testing::TempDir()) /
-            ("hark_gguf_" + std::string(test->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using test::ScratchDir;
 
 // Rewrites the file in place (no O_TRUNC): the truncation and mutation tests write thousands of
 // small files, and freeing and reallocating their blocks each time is what would make them slow.
@@ -365,9 +350,7 @@ TEST(Gguf, FailedWriteLeavesNoFile) {
   EXPECT_THROW(throwing.write(path), std::runtime_error);
 
   EXPECT_EQ(read_file(path), (std::vector<uint8_t>{1, 2, 3}));
-  size_t entries = 0;
-  for ([[maybe_unused]] const auto& entry : fs::directory_iterator(dir.path())) ++entries;
-  EXPECT_EQ(entries, 1u);  // no temporary file left behind
+  EXPECT_EQ(dir.entries(), 1u);  // no temporary file left behind
 
   EXPECT_THROW(Writer().write(dir.file("no/such/folder/x.gguf")), Error);
 }

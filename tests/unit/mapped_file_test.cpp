@@ -10,32 +10,14 @@
 #include "base/atomic_file.h"
 #include "base/error.h"
 #include "base/log.h"
+#include "support/scratch_dir.h"
 
 namespace hark {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* test = testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::path(testing::TempDir()) /
-            ("hark_mapped_" + std::string(test->name()) + "_" + std::to_string(::getpid()));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~ScratchDir() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  size_t entries() const {
-    size_t count = 0;
-    for ([[maybe_unused]] const auto& entry : fs::directory_iterator(path_)) ++count;
-    return count;
-  }
-
- private:
-  fs::path path_;
-};
+using test::ScratchDir;
 
 void write_text(const std::string& path, const std::string& text) {
   std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
