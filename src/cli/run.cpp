@@ -16,7 +16,9 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/terminal.h"
+#include "compute/cuda/cuda.h"
 #include "compute/ops.h"
 #include "format/gguf.h"
 #include "models/whisper/model.h"
@@ -56,6 +58,11 @@ const Option run_options[] = {
      "the decoder context)."},
     {"prompt", 0, "TEXT", "Text that precedes the audio (names, spelling, style)."},
     {"threads", 't', "N", "CPU threads to use (default: all cores)."},
+    device_option,
+    {"batch-size", 0, "N",
+     "Decode N 30-s windows of a file at once, each on its own (no\n"
+     "earlier text in the prompt), as faster-whisper's batched mode.\n"
+     "Default 1: openai's sequential decoding."},
     {"verbose", 'v', "", "Log model details and timings to stderr."},
 };
 
@@ -121,6 +128,7 @@ whisper::Options decoding_options(const ParsedArgs& args) {
 
   options.max_tokens = args.int_or("max-tokens", 0, 1, 100000);
   options.initial_prompt = args.value_or("prompt", "");
+  options.batch_size = args.int_or("batch-size", 1, 1, 1024);
   return options;
 }
 
@@ -211,6 +219,7 @@ int run(const ParsedArgs& args) {
 
   if (args.has("verbose")) log::set_level(log::Level::info);
   whisper::Options options = decoding_options(args);
+  const whisper::Device device = device_from_args(args);
   const output::Format format = output_format(args);
   if (args.has("threads")) compute::set_threads(args.int_or("threads", 0, 1, 4096));
 
@@ -224,7 +233,7 @@ int run(const ParsedArgs& args) {
   }
 
   const auto model_file = open_model_file(model_path);
-  const std::unique_ptr<whisper::Model> model = whisper::Model::load(model_file);
+  const std::unique_ptr<whisper::Model> model = whisper::Model::load(model_file, device);
   const text::BpeTokenizer tokenizer = text::BpeTokenizer::from_gguf(*model_file);
   if (!options.language.empty()) model->vocabulary().language_token(options.language);
   const int64_t model_rate = model_file->get_int_or("whisper.sample_rate", audio::kSampleRate);
@@ -233,6 +242,8 @@ int run(const ParsedArgs& args) {
          " Hz; hark's Whisper front end runs at ", audio::kSampleRate, " Hz");
   }
   const whisper::Config& config = model->config();
+  log::info("device ", device_name(device),
+            device == whisper::Device::cuda ? " (" + compute::cuda::describe() + ")" : "");
   log::info("model ", model_path, ": d_model ", config.d_model, ", ", config.encoder_layers,
             " encoder and ", config.decoder_layers, " decoder layers, vocabulary ",
             config.vocab_size,

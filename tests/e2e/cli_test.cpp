@@ -2,6 +2,8 @@
 // every output format, and bad inputs that must each end in one error line, never a crash.
 #include <gtest/gtest.h>
 
+#include "compute/cuda/cuda.h"
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -103,6 +105,9 @@ TEST(Cli, UsageErrorsExitWithTwo) {
                         "--translate");
   expect_one_error_line(hark({"run", "m.gguf", "-", "-"}), 2, "stdin");
   expect_one_error_line(hark({"run", "m.gguf", "--no-fallback=yes", "a.wav"}), 2, "takes no value");
+  expect_one_error_line(hark({"run", "m.gguf", "a.wav", "--device", "tpu"}), 2, "'tpu'");
+  expect_one_error_line(hark({"run", "m.gguf", "a.wav", "--batch-size", "0"}), 2, "--batch-size");
+  expect_one_error_line(hark({"bench", "--batches", "1,x"}), 2, "--batches");
   expect_one_error_line(hark({"convert"}), 2, "missing HF_DIR");
   expect_one_error_line(hark({"convert", "dir"}), 2, "-o FILE");
   expect_one_error_line(hark({"convert", "dir", "-o", "x.gguf", "--type", "q4_0"}), 2, "q4_0");
@@ -168,6 +173,20 @@ class CliWithModel : public ::testing::Test {
 std::unique_ptr<TempDir> CliWithModel::temp_;
 std::string CliWithModel::model_;
 ProcessResult CliWithModel::convert_result_;
+
+TEST_F(CliWithModel, BatchedModeOnTheCpuGivesTheSequentialTranscriptOfOneWindow) {
+  // Under 30 s there is one window, and it has no earlier text: both modes decode it alike.
+  const ProcessResult sequential = hark(run_args({path("tone.wav"), "-o", "json"}));
+  const ProcessResult batched =
+      hark(run_args({path("tone.wav"), "-o", "json", "--device", "cpu", "--batch-size", "8"}));
+  ASSERT_EQ(batched.exit_code, 0) << describe(batched);
+  EXPECT_EQ(batched.out, sequential.out);
+}
+
+TEST_F(CliWithModel, CudaWithoutAGpuIsAClearError) {
+  if (compute::cuda::available()) GTEST_SKIP() << "this machine has a GPU";
+  expect_one_error_line(hark(run_args({path("tone.wav"), "--device", "cuda"})), 1, "--device cuda");
+}
 
 TEST_F(CliWithModel, ConvertWroteAGgufQuietly) {
   EXPECT_TRUE(fs::exists(model_));

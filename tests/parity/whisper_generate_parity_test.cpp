@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "audio/audio.h"
+#include "compute/cuda/cuda.h"
 #include "features/whisper_mel.h"
 #include "format/gguf.h"
 #include "models/whisper/convert.h"
@@ -43,7 +44,13 @@ struct Loaded {
 
 // Converts tests/data/whisper/<name> and reads its reference; nullopt (with the reason) when the
 // data is not there.
-std::optional<Loaded> load(const std::string& name, std::string& why) {
+// On the GPU the model runs in F32 (an F32 conversion of the F16 checkpoint), as the references
+// were made; on the CPU an F16 conversion computes in F32 as well.
+std::optional<Loaded> load(const std::string& name, std::string& why, Device device = Device::cpu) {
+  if (device == Device::cuda && !compute::cuda::available()) {
+    why = "no GPU: " + compute::cuda::describe();
+    return std::nullopt;
+  }
   const fs::path dir = fs::path(HARK_TEST_DATA) / "whisper" / name;
   if (!fs::exists(dir / "reference.json") || !fs::exists(dir / "config.json")) {
     why = "no reference data in " + dir.string() + " (made by tools/oracle/whisper.py)";
@@ -52,10 +59,11 @@ std::optional<Loaded> load(const std::string& name, std::string& why) {
   testing::TempDir temp;
   const std::string gguf_path = (temp / "model.gguf").string();
   // The checkpoint is F16: an F16 conversion holds exactly the reference's weights.
-  convert_checkpoint(dir.string(), gguf_path, DType::F16);
+  convert_checkpoint(dir.string(), gguf_path, device == Device::cuda ? DType::F32 : DType::F16);
   const auto file = gguf::File::open(gguf_path);
   std::ifstream stream(dir / "reference.json");
-  return Loaded{Model::load(file), text::BpeTokenizer::from_gguf(*file), json::parse(stream), dir};
+  return Loaded{Model::load(file, device), text::BpeTokenizer::from_gguf(*file),
+                json::parse(stream), dir};
 }
 
 std::vector<float> load_audio(const json& reference, const std::string& audio) {
@@ -120,11 +128,16 @@ void expect_same_windows(const Decoding& decoding, const json& expected, int32_t
   EXPECT_EQ(decoding.sequences, expected.at("sequences").get<std::vector<int32_t>>());
 }
 
-class WhisperGenerateParity : public ::testing::TestWithParam<const char*> {};
+struct GenerateCase {
+  const char* model;
+  Device device;
+};
+
+class WhisperGenerateParity : public ::testing::TestWithParam<GenerateCase> {};
 
 TEST_P(WhisperGenerateParity, GreedyCasesMatchTransformers) {
   std::string why;
-  const std::optional<Loaded> loaded = load(GetParam(), why);
+  const std::optional<Loaded> loaded = load(GetParam().model, why, GetParam().device);
   if (!loaded) GTEST_SKIP() << why;
   const features::MelSpectrogram spectrogram(
       features::whisper_mel_config(loaded->model->config().n_mels));
@@ -152,10 +165,10 @@ TEST_P(WhisperGenerateParity, GreedyCasesMatchTransformers) {
 
 TEST_P(WhisperGenerateParity, BeamSearchMatchesTransformers) {
   std::string why;
-  const std::optional<Loaded> loaded = load(GetParam(), why);
+  const std::optional<Loaded> loaded = load(GetParam().model, why, GetParam().device);
   if (!loaded) GTEST_SKIP() << why;
   if (loaded->reference.value("beam", json()).is_null()) {
-    GTEST_SKIP() << "no beam case for " << GetParam();
+    GTEST_SKIP() << "no beam case for " << GetParam().model;
   }
   const json& expected = loaded->reference.at("beam");
   const features::MelSpectrogram spectrogram(
@@ -172,10 +185,10 @@ TEST_P(WhisperGenerateParity, BeamSearchMatchesTransformers) {
 
 TEST_P(WhisperGenerateParity, LongFormMatchesTransformers) {
   std::string why;
-  const std::optional<Loaded> loaded = load(GetParam(), why);
+  const std::optional<Loaded> loaded = load(GetParam().model, why, GetParam().device);
   if (!loaded) GTEST_SKIP() << why;
   if (loaded->reference.value("long_form", json()).is_null()) {
-    GTEST_SKIP() << "no long-form case for " << GetParam();
+    GTEST_SKIP() << "no long-form case for " << GetParam().model;
   }
   const json& expected = loaded->reference.at("long_form");
   const features::MelSpectrogram spectrogram(
@@ -248,9 +261,13 @@ TEST(WhisperBeamParity, MoreBeamSearchesMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, WhisperGenerateParity,
-                         ::testing::Values("tiny-random-large-v3", "tiny-random-tiny.en"),
+                         ::testing::Values(GenerateCase{"tiny-random-large-v3", Device::cpu},
+                                           GenerateCase{"tiny-random-tiny.en", Device::cpu},
+                                           GenerateCase{"tiny-random-large-v3", Device::cuda},
+                                           GenerateCase{"tiny-random-tiny.en", Device::cuda}),
                          [](const auto& info) {
-                           std::string name = info.param;
+                           std::string name = std::string(info.param.model) +
+                                              (info.param.device == Device::cuda ? "_cuda" : "");
                            for (char& c : name) {
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            }

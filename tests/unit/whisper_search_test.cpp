@@ -715,6 +715,60 @@ TEST_F(WhisperTranscribe, SeeksFromWindowToWindowAndTimesSegments) {
   EXPECT_GT(first.avg_logprob, -0.05f);
 }
 
+TEST_F(WhisperTranscribe, BatchedModeDecodesFixedWindowsIndependently) {
+  const Vocabulary v = vocabulary();
+  const int32_t hello = token(" hello"), world = token(" world"), again = token(" again");
+  const int32_t t0 = v.timestamp_begin;
+  // Window 0 is cut after its second pair: batched, the text after it ends the window as a
+  // segment of its own, and the next window still starts at frame 100.
+  const std::map<int, std::vector<int32_t>> plan = {
+      {0, {t0, hello, t0 + 20, t0 + 20, world, t0 + 35, t0 + 35, again, v.eot}},
+      {1, {t0 + 5, again, t0 + 25, v.eot}},
+      {2, {t0 + 0, hello, t0 + 10, v.eot}},
+  };
+  FakeModel model(config(), v, [&](const Context& c) {
+    const std::vector<int32_t>& script = plan.at(c.window);
+    if (c.tokens.back() == v.sot) return row({{v.no_speech, -10.0f}});
+    const auto sot = std::find(c.tokens.begin(), c.tokens.end(), v.sot);
+    const size_t sampled = c.tokens.end() - sot - 3;
+    return row({{script.at(std::min(sampled, script.size() - 1)), 20.0f}});
+  });
+  Options options;
+  options.language = "en";
+  options.fallback = false;
+  options.batch_size = 2;
+  options.initial_prompt = "hello";
+  std::vector<WindowReport> reports;
+  std::vector<double> progress;
+  options.on_window = [&](const WindowReport& r) { reports.push_back(r); };
+  options.on_progress = [&](double p) { progress.push_back(p); };
+  const Transcript transcript =
+      transcribe_mel(model, tokenizer(), frame_indexed_mel(250 + 100), 250, options);
+
+  ASSERT_EQ(model.windows.size(), 3u);
+  EXPECT_EQ(model.windows[1][0], 100.0f);
+  EXPECT_EQ(model.windows[2][0], 200.0f);
+  EXPECT_EQ(model.windows[2][50], 0.0f);  // past the audio
+  ASSERT_EQ(reports.size(), 3u);
+  // No earlier text in any prompt; the initial prompt leads each.
+  const std::vector<int32_t> prompt = {v.sot_prev, hello, v.sot, v.first_language, v.transcribe};
+  for (const WindowReport& report : reports) EXPECT_EQ(report.prompt, prompt);
+  EXPECT_EQ(reports[1].seek, 100);
+  EXPECT_EQ(reports[2].frames, 50);
+  EXPECT_EQ(progress, (std::vector<double>{200.0 / 250, 1.0}));  // one call per batch
+
+  std::vector<std::string> texts;
+  for (const Segment& segment : transcript.segments) texts.push_back(segment.text);
+  EXPECT_EQ(texts, (std::vector<std::string>{" hello", " world", " again", " again", " hello"}));
+  ASSERT_EQ(transcript.segments.size(), 5u);
+  EXPECT_DOUBLE_EQ(transcript.segments[2].start, 0.7);  // the tail: from its timestamp ...
+  EXPECT_DOUBLE_EQ(transcript.segments[2].end, 1.0);    // ... to the window's end
+  EXPECT_DOUBLE_EQ(transcript.segments[3].start, 1.0);  // window 1 from frame 100
+  EXPECT_DOUBLE_EQ(transcript.segments[3].end, 1.5);
+  EXPECT_DOUBLE_EQ(transcript.segments[4].start, 2.0);
+  EXPECT_DOUBLE_EQ(transcript.segments[4].end, 2.2);
+}
+
 TEST_F(WhisperTranscribe, WithoutTimestampsEachWindowIsOneSegment) {
   const Vocabulary v = vocabulary();
   const int32_t hello = token(" hello");

@@ -133,9 +133,28 @@ class WhisperModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file) {
+std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Device device) {
   if (file == nullptr) fail("whisper: no model file");
+  if (device == Device::cuda) return load_cuda(std::move(file));
   return std::make_unique<WhisperModel>(std::move(file));
+}
+
+std::vector<std::shared_ptr<const EncodedWindow>> Model::encode_batch(std::span<const float> mel,
+                                                                      int count) const {
+  const size_t window_values = static_cast<size_t>(config().n_mels) * config().window_frames();
+  if (count < 1 || mel.size() != window_values * count) {
+    fail("whisper encoder: ", mel.size(), " log-mel values for ", count, " windows of ",
+         window_values);
+  }
+  std::vector<std::shared_ptr<const EncodedWindow>> windows;
+  for (int i = 0; i < count; ++i)
+    windows.push_back(encode(mel.subspan(i * window_values, window_values)));
+  return windows;
+}
+
+std::vector<GreedyOutcome> Model::decode_greedy(std::span<const GreedyJob>, bool, int,
+                                                GreedyTiming*) const {
+  fail("whisper: batched greedy decoding needs the CUDA backend");
 }
 
 }  // namespace hark::whisper

@@ -65,6 +65,32 @@ class DecoderSession {
   virtual void reorder(std::span<const int> source) = 0;
 };
 
+// Where a model runs.
+enum class Device { cpu, cuda };
+
+// One window for Model::decode_greedy: its prompt (search.h's make_prompt) and how many tokens
+// may be sampled after it at most.
+struct GreedyJob {
+  std::shared_ptr<const EncodedWindow> window;
+  std::vector<int32_t> prompt;
+  int sot_index = 0;  // position of <|startoftranscript|> in the prompt
+  int limit = 1;      // tokens sampled at most
+};
+
+struct GreedyOutcome {
+  std::vector<int32_t> tokens;  // sampled, <|endoftext|> included when the window ended
+  double sum_logprob = 0;
+  float no_speech_prob = 0;
+};
+
+// How long a decode_greedy call took, for benchmarks.
+struct GreedyTiming {
+  double prompt_ms = 0;  // all prompts, one after the other, and the first token
+  double setup_ms = 0;   // the second token's step, run once before the step is captured
+  double steps_ms = 0;   // the replayed steps, from the first launch to the last one's end
+  int steps = 0;         // replayed steps
+};
+
 // A loaded model is immutable: encode() and start() may be called from several threads at once.
 // The Model must outlive the windows and sessions it hands out (they refer to its weights).
 class Model {
@@ -72,7 +98,10 @@ class Model {
   virtual ~Model() = default;
   // Reads hyper-parameters, vocabulary and weights; throws hark::Error on anything missing or
   // inconsistent (names the key or tensor and the expected shape).
-  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file);
+  // With Device::cuda the weights are copied to the GPU (hark::Error when there is none or it
+  // lacks memory) and the file may be closed afterwards.
+  static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file,
+                                     Device device = Device::cpu);
 
   virtual const Config& config() const = 0;
   virtual const Vocabulary& vocabulary() const = 0;
@@ -80,6 +109,25 @@ class Model {
   virtual std::shared_ptr<const EncodedWindow> encode(std::span<const float> mel) const = 0;
   virtual std::unique_ptr<DecoderSession> start(std::shared_ptr<const EncodedWindow> window,
                                                 int n_sequences) const = 0;
+
+  virtual Device device() const { return Device::cpu; }
+  // `count` windows at once (mel: count x [n_mels x window_frames()]). The CUDA model encodes
+  // them as one batch; the CPU model one after the other.
+  virtual std::vector<std::shared_ptr<const EncodedWindow>> encode_batch(std::span<const float> mel,
+                                                                         int count) const;
+  // Greedy decoding of the windows of one encode_batch() call, all of them in their order, as
+  // one batch on the device, under Whisper's logit rules (timestamp rules when `timestamps`).
+  // Gives what decode_window() gives at temperature 0 for each. `exact_steps` > 0 runs exactly
+  // that many batched steps whatever the tokens (benchmarks). Only models with
+  // decodes_batches(); the others throw.
+  virtual bool decodes_batches() const { return false; }
+  virtual std::vector<GreedyOutcome> decode_greedy(std::span<const GreedyJob> jobs, bool timestamps,
+                                                   int exact_steps = 0,
+                                                   GreedyTiming* timing = nullptr) const;
 };
+
+// The CUDA implementation of load() (models/whisper/cuda/), or a clear error in builds
+// without CUDA.
+std::unique_ptr<Model> load_cuda(std::shared_ptr<const gguf::File> file);
 
 }  // namespace hark::whisper

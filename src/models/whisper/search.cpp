@@ -379,6 +379,35 @@ WindowResult decode_window(const Model& model, const std::shared_ptr<const Encod
   return greedy_or_sample(model, window, prompt, rules, options, limit);
 }
 
+std::vector<WindowResult> decode_windows_greedy(
+    const Model& model, std::span<const std::shared_ptr<const EncodedWindow>> windows,
+    std::span<const Prompt> prompts, const LogitRules& rules, int max_tokens) {
+  if (windows.size() != prompts.size()) {
+    fail("Whisper search: ", windows.size(), " windows and ", prompts.size(), " prompts");
+  }
+  std::vector<WindowResult> results;
+  if (!model.decodes_batches()) {
+    SearchOptions options;
+    options.max_tokens = max_tokens;
+    for (size_t i = 0; i < windows.size(); ++i) {
+      results.push_back(decode_window(model, windows[i], prompts[i], rules, options));
+    }
+    return results;
+  }
+  std::vector<GreedyJob> jobs;
+  for (size_t i = 0; i < windows.size(); ++i) {
+    jobs.push_back({windows[i], prompts[i].tokens, prompts[i].sot_index,
+                    sample_limit(model, prompts[i], max_tokens)});
+  }
+  const int32_t eot = model.vocabulary().eot;
+  for (GreedyOutcome& outcome : model.decode_greedy(jobs, rules.timestamps())) {
+    WindowResult result = finish(std::move(outcome.tokens), outcome.sum_logprob, eot);
+    result.no_speech_prob = outcome.no_speech_prob;
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
 float compression_ratio(std::string_view text) {
   if (text.empty()) return 0;  // openai: 0 bytes / 8 bytes of an empty zlib stream
   uLongf compressed_size = compressBound(static_cast<uLong>(text.size()));

@@ -68,6 +68,13 @@ WindowResult decode_window(const Model& model, const std::shared_ptr<const Encod
                            const Prompt& prompt, const LogitRules& rules,
                            const SearchOptions& options);
 
+// Greedy decoding (temperature 0, no beams) of windows from one Model::encode_batch() call, all
+// of them in order, each from its own prompt: one batch on the device when the model
+// decodes_batches(), else decode_window() for each. Gives what decode_window() gives.
+std::vector<WindowResult> decode_windows_greedy(
+    const Model& model, std::span<const std::shared_ptr<const EncodedWindow>> windows,
+    std::span<const Prompt> prompts, const LogitRules& rules, int max_tokens);
+
 // openai's compression_ratio: UTF-8 bytes of `text` over the bytes zlib (level 6) makes of them.
 // Repetitive text compresses well; a ratio above 2.4 means the decoder is stuck in a loop.
 float compression_ratio(std::string_view text);

@@ -51,6 +51,7 @@ void validate(const Options& options) {
   if (options.beam_size < 0) fail("Whisper options: beam_size ", options.beam_size);
   if (options.best_of < 1) fail("Whisper options: best_of ", options.best_of, " (at least 1)");
   if (options.max_tokens < 0) fail("Whisper options: max_tokens ", options.max_tokens);
+  if (options.batch_size < 1) fail("Whisper options: batch_size ", options.batch_size);
   for (float threshold : {options.compression_ratio_threshold, options.logprob_threshold,
                           options.no_speech_threshold}) {
     if (std::isnan(threshold)) fail("Whisper options: a threshold is NaN");
@@ -114,39 +115,48 @@ struct Decoded {
   float compression_ratio = 0;
 };
 
-// openai's decode_with_fallback: up the temperature ladder until the text is neither repetitive
-// nor unlikely (or is judged silent).
+// A window's result with openai's DecodingResult.text compression ratio: every token but the
+// timestamps, specials as their names.
+Decoded judge(const text::BpeTokenizer& tokenizer, const Vocabulary& vocabulary,
+              WindowResult result) {
+  std::vector<int32_t> non_timestamps;
+  for (int32_t token : result.tokens) {
+    if (token < vocabulary.timestamp_begin) non_timestamps.push_back(token);
+  }
+  Decoded decoded;
+  decoded.compression_ratio = compression_ratio(strip(tokenizer.decode(non_timestamps)));
+  decoded.result = std::move(result);
+  return decoded;
+}
+
+// Repetitive or unlikely text, unless the window is silent (where a higher temperature would
+// only invent words).
+bool needs_fallback(const Decoded& decoded, const Options& options) {
+  const WindowResult& result = decoded.result;
+  const bool silent = result.no_speech_prob > options.no_speech_threshold &&
+                      result.avg_logprob < options.logprob_threshold;
+  return !silent && (decoded.compression_ratio > options.compression_ratio_threshold ||
+                     result.avg_logprob < options.logprob_threshold);
+}
+
+// openai's decode_with_fallback: up the temperature ladder from `first_attempt` until the text
+// is neither repetitive nor unlikely (or is judged silent).
 Decoded decode_with_fallback(const Model& model, const text::BpeTokenizer& tokenizer,
                              const std::shared_ptr<const EncodedWindow>& window,
                              const Prompt& prompt, const LogitRules& rules, const Options& options,
-                             int max_tokens, std::mt19937_64& random) {
-  const Vocabulary& vocabulary = model.vocabulary();
+                             int max_tokens, std::mt19937_64& random, size_t first_attempt = 0) {
   const size_t attempts = options.fallback ? options.temperatures.size() : 1;
   Decoded decoded;
-  for (size_t attempt = 0; attempt < attempts; ++attempt) {
+  for (size_t attempt = first_attempt; attempt < attempts; ++attempt) {
     SearchOptions search;
     search.temperature = options.temperatures[attempt];
     search.beam_size = std::max(options.beam_size, 1);
     search.best_of = options.best_of;
     search.max_tokens = max_tokens;
     search.random = &random;
-    decoded.result = decode_window(model, window, prompt, rules, search);
-
-    // openai's DecodingResult.text: every token but the timestamps, specials as their names.
-    std::vector<int32_t> non_timestamps;
-    for (int32_t token : decoded.result.tokens) {
-      if (token < vocabulary.timestamp_begin) non_timestamps.push_back(token);
-    }
-    decoded.compression_ratio = compression_ratio(strip(tokenizer.decode(non_timestamps)));
-
-    const WindowResult& result = decoded.result;
-    bool needs_fallback = decoded.compression_ratio > options.compression_ratio_threshold ||
-                          result.avg_logprob < options.logprob_threshold;
-    if (result.no_speech_prob > options.no_speech_threshold &&
-        result.avg_logprob < options.logprob_threshold) {
-      needs_fallback = false;  // silence: a higher temperature would only invent words
-    }
-    if (!needs_fallback) break;
+    decoded =
+        judge(tokenizer, model.vocabulary(), decode_window(model, window, prompt, rules, search));
+    if (!needs_fallback(decoded, options)) break;
   }
   return decoded;
 }
@@ -199,6 +209,138 @@ WindowSplit split_window(std::span<const int32_t> tokens, int32_t timestamp_begi
   return split;
 }
 
+namespace {
+
+// The segments of a decoded window that openai keeps, appended to the transcript (their tokens
+// to all_tokens); returns how the window splits (split_window).
+// `whole_window`: the next window does not start at this one's last timestamp pair (batched
+// mode), so text after that pair is a segment of its own, up to the window's end, instead of
+// being decoded again.
+WindowSplit add_segments(const Vocabulary& vocabulary, const text::BpeTokenizer& tokenizer,
+                         const Decoded& decoded, int64_t seek, int64_t segment_frames,
+                         int input_stride, bool whole_window, Transcript& transcript,
+                         std::vector<int32_t>& all_tokens) {
+  const WindowResult& result = decoded.result;
+  const double time_offset = static_cast<double>(seek) * kHopLength / kSampleRate;
+  WindowSplit split =
+      split_window(result.tokens, vocabulary.timestamp_begin, segment_frames, input_stride);
+  if (whole_window && split.kept < result.tokens.size()) {
+    const size_t tail = split.kept - 1;  // the pair's second timestamp opens the tail
+    const double step = static_cast<double>(input_stride) * kHopLength / kSampleRate;
+    const double start = (result.tokens[tail] - vocabulary.timestamp_begin) * step;
+    const double end = static_cast<double>(segment_frames) * kHopLength / kSampleRate;
+    // A tail that starts past the audio has nothing to say (the sequential loop would stop too).
+    if (start < end) split.segments.push_back({tail, result.tokens.size(), start, end});
+    split.kept = result.tokens.size();
+  }
+  for (const WindowSegment& piece : split.segments) {
+    const std::span<const int32_t> tokens =
+        std::span<const int32_t>(result.tokens).subspan(piece.first, piece.last - piece.first);
+    Segment segment;
+    segment.start = time_offset + piece.start;
+    segment.end = time_offset + piece.end;
+    segment.text = tokenizer.decode(text_tokens(tokens, vocabulary.eot));
+    // openai clears a segment without text or duration (its tokens leave the prompt too).
+    if (segment.start == segment.end || strip(segment.text).empty()) continue;
+    segment.tokens.assign(tokens.begin(), tokens.end());
+    segment.avg_logprob = result.avg_logprob;
+    segment.no_speech_prob = result.no_speech_prob;
+    segment.temperature = result.temperature;
+    segment.compression_ratio = decoded.compression_ratio;
+    all_tokens.insert(all_tokens.end(), tokens.begin(), tokens.end());
+    transcript.segments.push_back(std::move(segment));
+  }
+  return split;
+}
+
+// What a decoded window tells about itself (Options::on_window), before its segments are known.
+WindowReport report_of(const Prompt& prompt, const Decoded& decoded, int64_t seek,
+                       int64_t segment_frames, const Options& options) {
+  const WindowResult& result = decoded.result;
+  WindowReport report;
+  report.seek = seek;
+  report.frames = segment_frames;
+  report.prompt = prompt.tokens;
+  report.tokens = result.tokens;
+  report.temperature = result.temperature;
+  report.avg_logprob = result.avg_logprob;
+  report.no_speech_prob = result.no_speech_prob;
+  report.compression_ratio = decoded.compression_ratio;
+  // Silence: a likely <|nospeech|> and no confident text.
+  report.skipped = result.no_speech_prob > options.no_speech_threshold &&
+                   !(result.avg_logprob > options.logprob_threshold);
+  return report;
+}
+
+// Options::batch_size > 1: fixed 30-s windows, decoded independently, batch_size at a time.
+void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
+                        std::span<const float> mel, int64_t total_frames, int64_t content_frames,
+                        const Options& options, const std::vector<int32_t>& initial_prompt,
+                        int32_t language, const LogitRules& rules, int max_tokens,
+                        Transcript& transcript) {
+  const Config& config = model.config();
+  const Vocabulary& vocabulary = model.vocabulary();
+  const int n_mels = config.n_mels, window_frames = config.window_frames();
+  const int input_stride = window_frames / config.max_source_positions;
+  const int32_t task =
+      options.task == Task::translate ? vocabulary.translate : vocabulary.transcribe;
+  const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, initial_prompt,
+                                    language, task, options.timestamps);
+  const bool greedy = options.temperatures[0] == 0 && options.beam_size <= 1;
+  std::mt19937_64 random(options.seed);
+  std::vector<int32_t> all_tokens;
+
+  for (int64_t first = 0; first < content_frames;) {
+    std::vector<int64_t> seeks;
+    std::vector<float> batch_mel;
+    for (int64_t seek = first; seek < content_frames && seeks.size() < size_t(options.batch_size);
+         seek += window_frames) {
+      const int64_t count = std::min<int64_t>(window_frames, content_frames - seek);
+      const std::vector<float> window =
+          window_at(mel, n_mels, total_frames, seek, count, window_frames);
+      batch_mel.insert(batch_mel.end(), window.begin(), window.end());
+      seeks.push_back(seek);
+    }
+    const int count = static_cast<int>(seeks.size());
+    const auto windows = model.encode_batch(batch_mel, count);
+    std::vector<Decoded> decoded(count);
+    if (greedy) {
+      const std::vector<Prompt> prompts(count, prompt);
+      std::vector<WindowResult> results =
+          decode_windows_greedy(model, windows, prompts, rules, max_tokens);
+      for (int i = 0; i < count; ++i) {
+        decoded[i] = judge(tokenizer, vocabulary, std::move(results[i]));
+        if (options.fallback && needs_fallback(decoded[i], options)) {
+          decoded[i] = decode_with_fallback(model, tokenizer, windows[i], prompt, rules, options,
+                                            max_tokens, random, /*first_attempt=*/1);
+        }
+      }
+    } else {
+      for (int i = 0; i < count; ++i) {
+        decoded[i] = decode_with_fallback(model, tokenizer, windows[i], prompt, rules, options,
+                                          max_tokens, random, 0);
+      }
+    }
+    for (int i = 0; i < count; ++i) {
+      const int64_t segment_frames = std::min<int64_t>(window_frames, content_frames - seeks[i]);
+      WindowReport report = report_of(prompt, decoded[i], seeks[i], segment_frames, options);
+      if (!report.skipped) {
+        report.kept = add_segments(vocabulary, tokenizer, decoded[i], seeks[i], segment_frames,
+                                   input_stride, /*whole_window=*/true, transcript, all_tokens)
+                          .kept;
+      }
+      if (options.on_window) options.on_window(report);
+    }
+    first = seeks.back() + window_frames;
+    if (options.on_progress) {
+      options.on_progress(static_cast<double>(std::min(first, content_frames)) /
+                          static_cast<double>(content_frames));
+    }
+  }
+}
+
+}  // namespace
+
 Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenizer,
                           std::span<const float> mel, int64_t content_frames,
                           const Options& options) {
@@ -244,6 +386,11 @@ Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenize
     text += strip(options.initial_prompt);
     initial_prompt = tokenizer.encode(text);
   }
+  if (options.batch_size > 1) {
+    transcribe_batched(model, tokenizer, mel, total_frames, content_frames, options, initial_prompt,
+                       language.token, rules, max_tokens, transcript);
+    return transcript;
+  }
   std::vector<int32_t> all_tokens = initial_prompt;
   size_t prompt_reset_since = 0;
   const size_t carried_text = static_cast<size_t>(
@@ -252,7 +399,6 @@ Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenize
   int64_t seek = 0;
   while (seek < content_frames) {
     const int64_t segment_frames = std::min<int64_t>(window_frames, content_frames - seek);
-    const double time_offset = static_cast<double>(seek) * kHopLength / kSampleRate;
     const std::shared_ptr<const EncodedWindow> window =
         model.encode(window_at(mel, n_mels, total_frames, seek, segment_frames, window_frames));
     std::vector<int32_t> previous;
@@ -271,42 +417,14 @@ Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenize
         decode_with_fallback(model, tokenizer, window, prompt, rules, options, max_tokens, random);
     const WindowResult& result = decoded.result;
 
-    WindowReport report;
-    report.seek = seek;
-    report.frames = segment_frames;
-    report.prompt = prompt.tokens;
-    report.tokens = result.tokens;
-    report.temperature = result.temperature;
-    report.avg_logprob = result.avg_logprob;
-    report.no_speech_prob = result.no_speech_prob;
-    report.compression_ratio = decoded.compression_ratio;
-
-    // Silence: a likely <|nospeech|> and no confident text.
-    report.skipped = result.no_speech_prob > options.no_speech_threshold &&
-                     !(result.avg_logprob > options.logprob_threshold);
+    WindowReport report = report_of(prompt, decoded, seek, segment_frames, options);
     if (report.skipped) {
       seek += segment_frames;
     } else {
       const WindowSplit split =
-          split_window(result.tokens, vocabulary.timestamp_begin, segment_frames, input_stride);
+          add_segments(vocabulary, tokenizer, decoded, seek, segment_frames, input_stride,
+                       /*whole_window=*/false, transcript, all_tokens);
       report.kept = split.kept;
-      for (const WindowSegment& piece : split.segments) {
-        const std::span<const int32_t> tokens =
-            std::span<const int32_t>(result.tokens).subspan(piece.first, piece.last - piece.first);
-        Segment segment;
-        segment.start = time_offset + piece.start;
-        segment.end = time_offset + piece.end;
-        segment.text = tokenizer.decode(text_tokens(tokens, vocabulary.eot));
-        // openai clears a segment without text or duration (its tokens leave the prompt too).
-        if (segment.start == segment.end || strip(segment.text).empty()) continue;
-        segment.tokens.assign(tokens.begin(), tokens.end());
-        segment.avg_logprob = result.avg_logprob;
-        segment.no_speech_prob = result.no_speech_prob;
-        segment.temperature = result.temperature;
-        segment.compression_ratio = decoded.compression_ratio;
-        all_tokens.insert(all_tokens.end(), tokens.begin(), tokens.end());
-        transcript.segments.push_back(std::move(segment));
-      }
       seek += split.advance;
       if (!options.condition_on_previous_text || result.temperature > 0.5f) {
         prompt_reset_since = all_tokens.size();  // text sampled that hot misleads the next window

@@ -59,6 +59,12 @@ struct Options {
   bool carry_initial_prompt = false;
   int max_tokens = 0;  // per window; 0: max_target_positions / 2 (224)
   uint64_t seed = 0;   // sampling at temperature > 0
+  // > 1: faster-whisper's batched mode. The audio is cut into consecutive 30-s windows that are
+  // decoded independently (no earlier text in the prompt; the initial prompt leads each), up to
+  // batch_size of them at once: encoded as one batch and, greedy, decoded as one batch on the
+  // GPU. Windows that need fallback are decoded again one by one. 1: openai's sequential loop,
+  // where each window starts at the previous one's last timestamp.
+  int batch_size = 1;
   // Called after each window with the fraction of the audio done (for progress bars).
   std::function<void(double)> on_progress;
   // Called after each window with what was decoded there (for logs and tests).

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Everything the GPU machine checks and measures, in one call (see docs/gpu.md):
+#   bench/gpu.sh OUT_DIR [BUILD_DIR] [STAGE...]
+# STAGE: tests (GPU unit and parity tests), large (large-v3 parity against transformers fp16/fp32),
+# bench (hark bench on large-v3 / turbo, f16 and q8_0), transformers (the same workload with
+# transformers, for the ratios). Default: all four. Full logs go to OUT_DIR; a short summary is
+# printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
+# scripts/build-gpu.sh.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${1:?usage: bench/gpu.sh OUT_DIR [BUILD_DIR] [STAGE...]}
+build=${2:-build-gpu}
+shift $(( $# >= 2 ? 2 : 1 ))
+stages=${*:-tests large bench transformers}
+mkdir -p "$out"
+
+# cuBLASLt comes from the CUDA toolkit or, failing that, from torch's wheels (nvidia/cu13/lib).
+cublas=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/targets/x86_64-linux/lib/libcublasLt.so.13 \
+  2>/dev/null | head -1)
+if [ -z "$cublas" ]; then
+  site=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+  cublas=$(find $site -path '*nvidia*' -name libcublasLt.so.13 2>/dev/null | head -1)
+fi
+[ -n "$cublas" ] && export LD_LIBRARY_PATH="$(dirname "$cublas"):${LD_LIBRARY_PATH:-}"
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
+summary="$out/summary.txt"
+: > "$summary"
+
+has() { [[ " $stages " == *" $1 "* ]]; }
+
+if has tests; then
+  echo "== GPU tests" | tee -a "$summary"
+  timeout 400 "$build/tests/hark_tests" \
+    --gtest_filter='*Cuda*:*Parity*cuda*' > "$out/tests.log" 2>&1
+  echo "exit $?" >> "$summary"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$out/tests.log" | tail -40 >> "$summary"
+fi
+
+if has large; then
+  echo "== large-v3 parity (random weights, transformers fp16/fp32)" | tee -a "$summary"
+  large_dir=$(mktemp -d)
+  timeout 300 python3 tools/oracle/whisper_large.py "$large_dir" > "$out/large.log" 2>&1
+  HARK_LARGE_V3_DIR="$large_dir" timeout 300 "$build/tests/hark_tests" \
+    --gtest_filter='*Large*' >> "$out/large.log" 2>&1
+  echo "exit $?" >> "$summary"
+  grep -E "vs transformers|equals|agree|OK \]|FAILED|Failure" "$out/large.log" | tail -20 >> "$summary"
+  rm -rf "$large_dir"
+fi
+
+if has bench; then
+  echo "== hark bench" | tee -a "$summary"
+  for run in "large-v3 f16 1,16,64" "large-v3-turbo f16 1,16,64" "large-v3 q8_0 1,16"; do
+    set -- $run
+    timeout 300 "$build/hark" bench --device cuda --model "$1" --type "$2" --batches "$3" \
+      --tokens 120 --windows 5 >> "$out/bench.log" 2>&1
+    echo "exit $? ($run)" >> "$out/bench.log"
+  done
+  cat "$out/bench.log" >> "$summary"
+fi
+
+if has transformers; then
+  echo "== transformers (same GPU, same workload)" | tee -a "$summary"
+  for model in large-v3 large-v3-turbo; do
+    timeout 300 python3 bench/transformers_whisper.py --model "$model" --batches 1,16 \
+      >> "$out/transformers.log" 2>&1
+  done
+  grep -vE "^\{" "$out/transformers.log" | tail -30 >> "$summary"
+fi
+
+cat "$summary"

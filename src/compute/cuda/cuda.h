@@ -1,0 +1,22 @@
+// What the rest of hark may ask about the CUDA backend without including any CUDA header: whether
+// it is there. Builds without CUDA link cuda_nocuda.cpp, where nothing is available.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace hark::compute::cuda {
+
+// True when hark was built with CUDA and a usable GPU is present (driver loaded, device 0).
+bool available();
+// "NVIDIA H200, 139.8 GiB, sm_90", or why no GPU can be used ("built without CUDA", "no CUDA
+// driver", ...).
+std::string describe();
+
+// Bytes of GPU memory hark has allocated (its buffers: weights, caches, activations, cuBLASLt's
+// workspace; not the CUDA context) now and at most since the last reset. 0 without CUDA.
+size_t allocated_bytes();
+size_t peak_allocated_bytes();
+void reset_peak_allocated_bytes();
+
+}  // namespace hark::compute::cuda

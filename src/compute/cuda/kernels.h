@@ -1,0 +1,140 @@
+// The CUDA backend's own kernels, one launcher each (the matrix products go through cuBLASLt in
+// gemm_cuda.cpp). Every pointer is device memory, every launch is asynchronous on `stream`, and
+// nothing here synchronises with the host or allocates, so all of it can be captured into a CUDA
+// Graph. Launchers trust their arguments: the layers above check shapes.
+//
+// Element types: activations are F32, F16 or BF16 (the type of the model's weights; Q8_0 models
+// compute in F16); every kernel accumulates in F32.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hark::compute::cuda {
+
+enum class Element : uint8_t { f32, f16, bf16 };
+constexpr size_t element_size(Element e) {
+  return e == Element::f32 ? 4 : 2;
+}
+
+// ---- kernels_elementwise.cu -------------------------------------------------------------------
+
+// y[r, :] = (x[r, :] − mean) / sqrt(var + eps) · gamma + beta over `cols` values; gamma and beta
+// are [cols] of the same element type. y may alias x.
+void layer_norm(Element e, const void* x, const void* gamma, const void* beta, float eps,
+                int64_t rows, int64_t cols, void* y, cudaStream_t stream);
+
+// x = gelu(x + bias) in place, erf GELU (PyTorch's nn.GELU default); bias [cols] or null.
+void bias_gelu(Element e, void* x, const void* bias, int64_t rows, int64_t cols,
+               cudaStream_t stream);
+
+// x[b, r, :] += table[r, :] for x [batch, rows, cols] (encoder positions, shared by the batch).
+void add_rows(Element e, void* x, const void* table, int64_t batch, int64_t rows, int64_t cols,
+              cudaStream_t stream);
+
+// y[i, :] = tokens[ids[i], :] + positions[position_ids[i], :] for i < n, rows of `cols`
+// values. `tokens` is of element type e, or Q8_0 blocks (token_table_q8_0) as GGUF stores them.
+void embed(Element e, const void* tokens, bool token_table_q8_0, const void* positions,
+           const int32_t* ids, const int32_t* position_ids, int64_t n, int64_t cols, void* y,
+           cudaStream_t stream);
+
+// Unfolds time-major x [batch, steps, channels] for a 1-D convolution with `kernel` taps:
+// out [batch, out_steps, channels · kernel], out[b, t, c · kernel + j] = x[b, t · stride − padding
+// + j, c] (zero outside), out_steps = (steps + 2 · padding − kernel) / stride + 1. The column
+// order matches a PyTorch Conv1d weight [out, in, kernel] read as a matrix [out, in · kernel].
+void im2col_1d(Element e, const void* x, int64_t batch, int64_t steps, int64_t channels, int kernel,
+               int stride, int padding, void* out, cudaStream_t stream);
+
+// Log-mel windows as the feature code writes them, F32 [batch, n_mels, frames], to time-major
+// activations [batch, frames, n_mels] of element type e.
+void mel_to_time_major(const float* mel, int64_t batch, int64_t n_mels, int64_t frames, Element e,
+                       void* out, cudaStream_t stream);
+
+// y[i] = x[i] converted, n values.
+void convert(Element from, const void* x, Element to, void* y, int64_t n, cudaStream_t stream);
+
+// GGUF Q8_0 blocks (per 32 values: an F16 scale d, then 32 int8 q; value = d · q) of a
+// [rows, cols] matrix to element type e.
+void dequantize_q8_0(const void* blocks, int64_t rows, int64_t cols, Element e, void* out,
+                     cudaStream_t stream);
+
+// Matrix-vector products with Q8_0 weights for small batches (decode steps):
+// y[b, n] = Σ_k x[b, k] · W[n, k] (+ bias[n]) (+ residual[b, n]) for b < batch, W [n_out, k_in]
+// as Q8_0 blocks; x, bias, residual and y of element type e; residual may alias y; bias and
+// residual may be null. Meant for batch ≤ 16.
+void gemv_q8_0(Element e, const void* x, int64_t batch, int64_t k_in, const void* w, int64_t n_out,
+               const void* bias, const void* residual, void* y, cudaStream_t stream);
+
+// lengths[b] += by for b < batch.
+void advance_lengths(int32_t* lengths, int batch, int by, cudaStream_t stream);
+
+// ---- kernels_attention.cu ---------------------------------------------------------------------
+
+// Multi-head scaled dot-product attention over whole sequences (encoder, decoder prompt):
+// for each sequence b, head h and query i < q_len,
+//   out[b, i, h·head_dim + :] = Σ_j softmax_j(scale · q_i · k_j) v_j,
+// over keys j < kv_len, or with `causal` j ≤ kv_len − q_len + i. Rows are addressed with
+// strides (in elements) so that q, k and v may be slices of one fused QKV projection
+// [batch, steps, 3 · width]; element (b, t, c) of q lives at q[b · q_batch_stride +
+// t · q_row_stride + c], likewise for k, v (kv strides) and out. kv_batch_stride 0 shares one
+// key/value sequence among all b. head_dim is a multiple of 8, at most 128.
+void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
+               const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
+               void* out, int64_t out_row_stride, int64_t out_batch_stride, int batch, int heads,
+               int head_dim, int64_t q_len, int64_t kv_len, float scale, bool causal,
+               cudaStream_t stream);
+
+// One query per sequence (a decode step): q [batch, heads · head_dim] (row stride q_stride),
+// keys/values of sequence b at k/v + b · kv_batch_stride, one row per position kv_row_stride
+// apart; sequence b attends to its first lengths[b] positions (a device array, so that a captured
+// graph serves every step). out [batch, heads · head_dim] (row stride out_stride).
+void decode_attention(Element e, const void* q, int64_t q_stride, const void* k, const void* v,
+                      int64_t kv_row_stride, int64_t kv_batch_stride, const int32_t* lengths,
+                      void* out, int64_t out_stride, int batch, int heads, int head_dim,
+                      float scale, cudaStream_t stream);
+
+// K/V cache append: for b < batch and t < steps, cache row positions[b] + t of sequence b
+// (k_cache/v_cache + b · cache_batch_stride + (positions[b] + t) · width) = row t of new_k/new_v
+// (new_k + b · new_batch_stride + t · new_row_stride). width values per row.
+void append_kv(Element e, const void* new_k, const void* new_v, int64_t new_row_stride,
+               int64_t new_batch_stride, int batch, int64_t steps, int64_t width, void* k_cache,
+               void* v_cache, int64_t cache_batch_stride, const int32_t* positions,
+               cudaStream_t stream);
+
+// ---- kernels_search.cu ------------------------------------------------------------------------
+
+// Whisper's logit rules (models/whisper/logit_rules.h, the same rules in the same order) and
+// greedy choice, on the device, for `batch` independent sequences, one block each.
+struct GreedyRules {
+  int32_t vocab_size = 0;
+  int32_t eot = -1, no_timestamps = -1, timestamp_begin = -1;
+  int32_t max_initial_timestamp_index = -1;  // < 0: no limit
+  bool timestamps = false;
+  const int32_t* suppress = nullptr;  // device, ids inside the vocabulary, sorted, no repeats
+  int32_t n_suppress = 0;
+  const int32_t* begin_suppress = nullptr;  // device, likewise
+  int32_t n_begin_suppress = 0;
+};
+
+// Per-sequence search state, device arrays of `batch` entries (history: [batch, capacity]).
+struct GreedyState {
+  int32_t* history = nullptr;  // tokens sampled so far in the window, <|endoftext|> included
+  int32_t capacity = 0;        // history row length
+  int32_t* count = nullptr;    // tokens in history
+  uint8_t* done = nullptr;     // 1 once <|endoftext|> was sampled
+  double* sum_logprob = nullptr;
+  const int32_t* limits = nullptr;  // tokens each sequence may sample (≤ capacity); null: capacity
+};
+
+// For each sequence b that is not done and has count[b] < limits[b] (or capacity): applies the
+// rules to logits[b, :] (F32 [batch, vocab_size], modified in place) given history[b, :count[b]],
+// picks the argmax (the lowest id among equal maxima), adds its log-probability under the ruled
+// scores (score − logsumexp) to sum_logprob[b], appends it to history, sets done[b] when it is
+// <|endoftext|>, and writes it to next_tokens[b]. A done sequence gets next_tokens[b] = eot and
+// nothing else changes.
+void greedy_step(const GreedyRules& rules, float* logits, int batch, GreedyState state,
+                 int32_t* next_tokens, cudaStream_t stream);
+
+}  // namespace hark::compute::cuda

@@ -1,0 +1,164 @@
+#include "compute/cuda/pass.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "base/error.h"
+#include "format/quant.h"
+
+namespace hark::compute::cuda {
+
+namespace {
+
+// Rows up to which a Q8_0 product reads the blocks directly (gemv_q8_0) instead of expanding the
+// matrix for cuBLASLt: decode steps, batched or not.
+constexpr int64_t kDirectQ8Rows = 16;
+
+// `count` F32 values as `element` bytes, appended to `out`.
+void append_as(Element element, const float* values, size_t count, std::vector<uint8_t>& out) {
+  const size_t at = out.size();
+  out.resize(at + count * element_size(element));
+  uint8_t* dst = out.data() + at;
+  if (element == Element::f32) {
+    std::memcpy(dst, values, count * sizeof(float));
+    return;
+  }
+  auto* halves = reinterpret_cast<uint16_t*>(dst);
+  const bool f16 = element == Element::f16;
+#pragma omp parallel for schedule(static)
+  for (size_t i = 0; i < count; ++i) {
+    halves[i] = f16 ? quant::f32_to_f16(values[i]) : quant::f32_to_bf16(values[i]);
+  }
+}
+
+// Appends a stored weight converted to `element` (or copied as it is when it already is).
+void append_weight(Element element, const Weight& w, std::vector<uint8_t>& out) {
+  const bool same = (element == Element::f32 && w.type == DType::F32) ||
+                    (element == Element::f16 && w.type == DType::F16) ||
+                    (element == Element::bf16 && w.type == DType::BF16);
+  if (same) {
+    out.insert(out.end(), w.data, w.data + w.nbytes);
+    return;
+  }
+  const int64_t rows = w.rows(), cols = w.cols();
+  constexpr int64_t kChunkRows = 256;
+  std::vector<float> values;
+  for (int64_t first = 0; first < rows; first += kChunkRows) {
+    const int64_t count = std::min(kChunkRows, rows - first);
+    values.resize(static_cast<size_t>(count * cols));
+    quant::to_f32_rows(w.type, w.data, cols, first, count, values.data());
+    append_as(element, values.data(), values.size(), out);
+  }
+}
+
+Buffer to_device(const std::vector<uint8_t>& bytes) {
+  Buffer buffer(bytes.size());
+  upload(bytes.data(), bytes.size(), buffer.data());
+  return buffer;
+}
+
+}  // namespace
+
+Matrix Uploader::matrix(std::span<const Weight* const> parts) const {
+  if (parts.empty()) fail("CUDA upload: a matrix of no parts");
+  Matrix m;
+  m.cols = parts[0]->cols();
+  // Q8_0 stays Q8_0 only when every part is Q8_0 and the products run in 16 bits.
+  m.q8_0 = element_ != Element::f32;
+  for (const Weight* part : parts) m.q8_0 = m.q8_0 && part->type == DType::Q8_0;
+  std::vector<uint8_t> bytes;
+  for (const Weight* part : parts) {
+    if (part->cols() != m.cols) {
+      fail("CUDA upload: stacked matrices of ", m.cols, " and ", part->cols(), " columns");
+    }
+    if (m.q8_0) {
+      bytes.insert(bytes.end(), part->data, part->data + part->nbytes);
+    } else {
+      append_weight(element_, *part, bytes);
+    }
+    m.rows += part->rows();
+  }
+  m.data = to_device(bytes);
+  return m;
+}
+
+Matrix Uploader::matrix(const Weight& w) const {
+  const Weight* parts[] = {&w};
+  return matrix(parts);
+}
+
+Buffer Uploader::vector(std::span<const std::pair<const Weight*, int64_t>> parts) const {
+  std::vector<uint8_t> bytes;
+  for (const auto& [part, length] : parts) {
+    if (part == nullptr) {
+      bytes.resize(bytes.size() + static_cast<size_t>(length) * element_size(element_), 0);
+    } else {
+      if (part->shape.elements() != length) {
+        fail("CUDA upload: a vector of ", part->shape.elements(), " values, expected ", length);
+      }
+      append_weight(element_, *part, bytes);
+    }
+  }
+  return to_device(bytes);
+}
+
+Buffer Uploader::vector(const Weight& w) const {
+  const std::pair<const Weight*, int64_t> parts[] = {{&w, w.shape.elements()}};
+  return vector(parts);
+}
+
+Buffer Uploader::table(const Weight& w, int64_t padding_rows) const {
+  std::vector<uint8_t> bytes;
+  append_weight(element_, w, bytes);
+  bytes.resize(bytes.size() + static_cast<size_t>(padding_rows * w.cols()) * element_size(element_),
+               0);
+  return to_device(bytes);
+}
+
+Linear Uploader::linear(const Weight& weight, const Weight* bias) const {
+  Linear layer;
+  layer.weight = matrix(weight);
+  if (bias != nullptr) layer.bias = vector(*bias);
+  return layer;
+}
+
+LayerNorm Uploader::layer_norm(const Weight& gamma, const Weight& beta, float eps) const {
+  return LayerNorm{vector(gamma), vector(beta), eps};
+}
+
+const void* Pass::expanded(const Matrix& w) {
+  expanded_.reserve(bytes(w.rows * w.cols));
+  dequantize_q8_0(w.data.data(), w.rows, w.cols, element_, expanded_.data(), stream_);
+  return expanded_.data();
+}
+
+void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const void* residual) {
+  const Matrix& w = layer.weight;
+  const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
+  if (w.q8_0 && m <= kDirectQ8Rows) {
+    gemv_q8_0(element_, x, m, w.cols, w.data.data(), w.rows, bias, residual, y, stream_);
+    return;
+  }
+  const void* weights = w.q8_0 ? expanded(w) : w.data.data();
+  gemm_.linear(element_, x, m, w.cols, weights, w.rows, bias, residual, element_, y, stream_);
+}
+
+void Pass::linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y) {
+  if (w.q8_0 && m <= kDirectQ8Rows) {
+    f16_logits_.reserve(bytes(m * w.rows));
+    gemv_q8_0(element_, x, m, w.cols, w.data.data(), w.rows, nullptr, nullptr, f16_logits_.data(),
+              stream_);
+    convert(element_, f16_logits_.data(), Element::f32, y, m * w.rows, stream_);
+    return;
+  }
+  const void* weights = w.q8_0 ? expanded(w) : w.data.data();
+  gemm_.linear(element_, x, m, w.cols, weights, w.rows, nullptr, nullptr, Element::f32, y, stream_);
+}
+
+void Pass::layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_t cols, void* y) {
+  cuda::layer_norm(element_, x, norm.gamma.data(), norm.beta.data(), norm.eps, rows, cols, y,
+                   stream_);
+}
+
+}  // namespace hark::compute::cuda

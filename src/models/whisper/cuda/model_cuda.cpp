@@ -1,0 +1,513 @@
+// The Whisper model on the GPU: the same Model interface as the CPU model (so every search,
+// fallback and long-form rule works unchanged), plus batched encoding and a batched greedy
+// search whose decode step is one CUDA Graph replayed per token, with the logit rules and the
+// argmax on the device.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <mutex>
+#include <numeric>
+#include <vector>
+
+#include "base/error.h"
+#include "compute/cuda/device.h"
+#include "format/gguf.h"
+#include "format/quant.h"
+#include "models/whisper/config.h"
+#include "models/whisper/cuda/forward.h"
+#include "models/whisper/model.h"
+
+namespace hark::whisper {
+
+namespace {
+
+namespace gpu = compute::cuda;
+using cuda::CrossKv;
+using cuda::DecoderBuffers;
+using cuda::EncodedBuffers;
+using cuda::EncoderBuffers;
+using cuda::KvCaches;
+
+constexpr int kMaxSequences = 256;
+// Batched greedy steps between two looks at the done flags (each look waits for the GPU).
+constexpr int kStepsPerCheck = 8;
+
+// Device values of element type e to host F32.
+std::vector<float> to_host_f32(const void* device, int64_t count, gpu::Element e) {
+  std::vector<float> values(static_cast<size_t>(count));
+  if (e == gpu::Element::f32) {
+    gpu::download(device, values.size() * sizeof(float), values.data());
+    return values;
+  }
+  std::vector<uint16_t> halves(values.size());
+  gpu::download(device, halves.size() * sizeof(uint16_t), halves.data());
+  for (size_t i = 0; i < halves.size(); ++i) {
+    values[i] =
+        e == gpu::Element::f16 ? quant::f16_to_f32(halves[i]) : quant::bf16_to_f32(halves[i]);
+  }
+  return values;
+}
+
+double log_sum_exp(const float* scores, int64_t n) {
+  const float top = *std::max_element(scores, scores + n);
+  if (std::isinf(top) && top < 0) return top;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(scores[i]) - top);
+  return top + std::log(sum);
+}
+
+class CudaWhisper;
+
+// Windows encoded together share their device buffers.
+struct EncodedBatch {
+  EncodedBuffers buffers;
+};
+
+class CudaWindow final : public EncodedWindow {
+ public:
+  CudaWindow(const CudaWhisper* owner, std::shared_ptr<const EncodedBatch> batch, int index)
+      : owner(owner), batch(std::move(batch)), index(index) {}
+  std::vector<float> frames() const override;
+
+  const CudaWhisper* owner;
+  std::shared_ptr<const EncodedBatch> batch;
+  int index;
+};
+
+// A step's device inputs, uploaded per call (the host-driven session).
+struct StepInputs {
+  gpu::Buffer ids, position_ids, positions;
+  void upload(const std::vector<int32_t>& token_ids, const std::vector<int32_t>& token_positions,
+              const std::vector<int32_t>& sequence_positions, cudaStream_t stream) {
+    ids.reserve(token_ids.size() * sizeof(int32_t));
+    position_ids.reserve(token_positions.size() * sizeof(int32_t));
+    positions.reserve(sequence_positions.size() * sizeof(int32_t));
+    gpu::upload(token_ids.data(), token_ids.size() * sizeof(int32_t), ids.data(), stream);
+    gpu::upload(token_positions.data(), token_positions.size() * sizeof(int32_t),
+                position_ids.data(), stream);
+    gpu::upload(sequence_positions.data(), sequence_positions.size() * sizeof(int32_t),
+                positions.data(), stream);
+  }
+};
+
+class CudaWhisper final : public Model {
+ public:
+  explicit CudaWhisper(std::shared_ptr<const gguf::File> file)
+      : config_(read_config(*file)), vocabulary_(read_vocabulary(*file, config_)) {
+    gpu::require_device();
+    const whisper::Weights host = bind_weights(*file, config_);
+    weights_ =
+        cuda::upload_weights(config_, host,
+                             cuda::element_for(host.decoder.layers.empty()
+                                                   ? host.decoder.embed_tokens.type
+                                                   : host.decoder.layers[0].ffn.fc1.weight.type));
+    pass_ = std::make_unique<gpu::Pass>(weights_.element, stream_.get());
+    upload_rules();
+  }
+
+  const Config& config() const override { return config_; }
+  const Vocabulary& vocabulary() const override { return vocabulary_; }
+  Device device() const override { return Device::cuda; }
+  const cuda::Weights& weights() const { return weights_; }
+
+  std::shared_ptr<const EncodedWindow> encode(std::span<const float> mel) const override {
+    return encode_batch(mel, 1)[0];
+  }
+
+  std::vector<std::shared_ptr<const EncodedWindow>> encode_batch(std::span<const float> mel,
+                                                                 int count) const override {
+    const size_t window_values = static_cast<size_t>(config_.n_mels) * config_.window_frames();
+    if (count < 1 || mel.size() != window_values * count) {
+      fail("whisper encoder: ", mel.size(), " log-mel values for ", count, " windows of ",
+           window_values);
+    }
+    auto batch = std::make_shared<EncodedBatch>();
+    {
+      // The scratch (about 50 MB per window for large-v3) is freed afterwards: decoding the batch
+      // needs the memory more than the next encode needs the allocations saved.
+      std::lock_guard lock(mutex_);
+      EncoderBuffers scratch;
+      cuda::encode(*pass_, config_, weights_, mel.data(), count, scratch, batch->buffers);
+      stream_.synchronize();
+    }
+    std::vector<std::shared_ptr<const EncodedWindow>> windows;
+    for (int i = 0; i < count; ++i) windows.push_back(std::make_shared<CudaWindow>(this, batch, i));
+    return windows;
+  }
+
+  std::unique_ptr<DecoderSession> start(std::shared_ptr<const EncodedWindow> window,
+                                        int n_sequences) const override;
+
+  bool decodes_batches() const override { return true; }
+  std::vector<GreedyOutcome> decode_greedy(std::span<const GreedyJob> jobs, bool timestamps,
+                                           int exact_steps, GreedyTiming* timing) const override;
+
+  std::shared_ptr<const CudaWindow> ours(const std::shared_ptr<const EncodedWindow>& window) const {
+    auto cast = std::dynamic_pointer_cast<const CudaWindow>(window);
+    if (cast == nullptr || cast->owner != this) {
+      fail("whisper decoder: the window was not encoded by this model");
+    }
+    return cast;
+  }
+
+  CrossKv cross_of(const CudaWindow& window) const {
+    const int64_t per_window =
+        int64_t{config_.max_source_positions} * 2 * config_.d_model * config_.decoder_layers;
+    const auto* base = static_cast<const uint8_t*>(window.batch->buffers.cross_kv.data());
+    return {base + per_window * window.index * gpu::element_size(weights_.element), 0};
+  }
+
+ private:
+  void upload_rules() {
+    auto existing = [this](const std::vector<int32_t>& ids) {
+      std::vector<int32_t> kept;
+      for (int32_t id : ids) {
+        if (id >= 0 && id < config_.vocab_size) kept.push_back(id);
+      }
+      std::sort(kept.begin(), kept.end());
+      kept.erase(std::unique(kept.begin(), kept.end()), kept.end());
+      return kept;
+    };
+    const std::vector<int32_t> suppress = existing(vocabulary_.suppress_tokens);
+    const std::vector<int32_t> begin = existing(vocabulary_.begin_suppress_tokens);
+    suppress_ = gpu::upload_vector<int32_t>(suppress);
+    begin_suppress_ = gpu::upload_vector<int32_t>(begin);
+    rules_.vocab_size = config_.vocab_size;
+    rules_.eot = vocabulary_.eot;
+    rules_.no_timestamps = vocabulary_.no_timestamps;
+    rules_.timestamp_begin = vocabulary_.timestamp_begin;
+    rules_.max_initial_timestamp_index = vocabulary_.max_initial_timestamp_index;
+    rules_.suppress = suppress_.as<int32_t>();
+    rules_.n_suppress = static_cast<int32_t>(suppress.size());
+    rules_.begin_suppress = begin_suppress_.as<int32_t>();
+    rules_.n_begin_suppress = static_cast<int32_t>(begin.size());
+  }
+
+  Config config_;
+  Vocabulary vocabulary_;
+  cuda::Weights weights_;
+  gpu::Buffer suppress_, begin_suppress_;
+  gpu::GreedyRules rules_;
+  // The encoder and the batched search run on the model's stream, one call at a time.
+  mutable std::mutex mutex_;
+  gpu::Stream stream_;
+  std::unique_ptr<gpu::Pass> pass_;
+};
+
+std::vector<float> CudaWindow::frames() const {
+  const Config& config = owner->config();
+  const int64_t count = int64_t{config.max_source_positions} * config.d_model;
+  const gpu::Element e = owner->weights().element;
+  const auto* base = static_cast<const uint8_t*>(batch->buffers.frames.data());
+  return to_host_f32(base + count * index * gpu::element_size(e), count, e);
+}
+
+// n sequences decoding one window, driven from the host (language detection, beam search,
+// sampling, temperature fallback): each advance() returns the logits to the host.
+class CudaSession final : public DecoderSession {
+ public:
+  CudaSession(const CudaWhisper& model, std::shared_ptr<const CudaWindow> window, int n)
+      : model_(model),
+        window_(std::move(window)),
+        pass_(model.weights().element, stream_.get()),
+        caches_(model.config(), model.weights().element, n, model.config().max_target_positions),
+        n_(n) {}
+
+  int n_sequences() const override { return n_; }
+  int length() const override { return length_; }
+
+  std::vector<float> advance(const std::vector<std::vector<int32_t>>& tokens,
+                             const std::vector<int>& positions) override {
+    const Config& config = model_.config();
+    if (static_cast<int>(tokens.size()) != n_) {
+      fail("whisper decoder: tokens for ", tokens.size(), " sequences, the session has ", n_);
+    }
+    const int steps = static_cast<int>(tokens[0].size());
+    if (steps == 0) fail("whisper decoder: advance() with no tokens");
+    if (length_ + steps > config.max_target_positions) {
+      fail("whisper decoder: ", length_, " + ", steps,
+           " tokens exceed the context of max_target_positions = ", config.max_target_positions);
+    }
+    std::vector<int32_t> ids, position_ids;
+    for (const std::vector<int32_t>& sequence : tokens) {
+      if (static_cast<int>(sequence.size()) != steps) {
+        fail("whisper decoder: every sequence must append the same number of tokens (", steps,
+             " and ", sequence.size(), ")");
+      }
+      for (int t = 0; t < steps; ++t) {
+        if (sequence[t] < 0 || sequence[t] >= config.vocab_size) {
+          fail("whisper decoder: token ", sequence[t], " is outside the vocabulary of ",
+               config.vocab_size);
+        }
+        ids.push_back(sequence[t]);
+        position_ids.push_back(length_ + t);
+      }
+    }
+    std::vector<int> wanted = positions.empty() ? std::vector<int>{steps - 1} : positions;
+    for (int p : wanted) {
+      if (p < 0 || p >= steps)
+        fail("whisper decoder: logits asked for position ", p, " of ", steps);
+    }
+    inputs_.upload(ids, position_ids, std::vector<int32_t>(n_, length_), stream_.get());
+    cuda::decode_tokens(pass_, config, model_.weights(), caches_, 0, n_, steps, length_,
+                        inputs_.ids.as<int32_t>(), inputs_.position_ids.as<int32_t>(),
+                        inputs_.positions.as<int32_t>(), model_.cross_of(*window_), scratch_);
+    length_ += steps;
+
+    // The wanted rows, gathered into scratch.h, through the final norm and the output product.
+    const int64_t d = config.d_model, rows = int64_t{n_} * static_cast<int64_t>(wanted.size());
+    const size_t row_bytes = pass_.bytes(d);
+    int64_t row = 0;
+    for (int s = 0; s < n_; ++s) {
+      for (int p : wanted) {
+        gpu::check(cudaMemcpyAsync(scratch_.h.as<uint8_t>() + row++ * row_bytes,
+                                   scratch_.x.as<uint8_t>() + (int64_t{s} * steps + p) * row_bytes,
+                                   row_bytes, cudaMemcpyDeviceToDevice, stream_.get()),
+                   "gather rows");
+      }
+    }
+    logits_.reserve(sizeof(float) * rows * config.vocab_size);
+    cuda::logits(pass_, config, model_.weights(), scratch_.h.data(), rows, logits_.as<float>());
+    std::vector<float> host(static_cast<size_t>(rows * config.vocab_size));
+    gpu::download(logits_.data(), host.size() * sizeof(float), host.data(), stream_.get());
+    stream_.synchronize();
+    return host;
+  }
+
+  void reorder(std::span<const int> source) override {
+    if (static_cast<int>(source.size()) != n_) {
+      fail("whisper decoder: reorder with ", source.size(), " sources for ", n_, " sequences");
+    }
+    for (int s : source) {
+      if (s < 0 || s >= n_) fail("whisper decoder: reorder source ", s, " of ", n_, " sequences");
+    }
+    bool identity = true;
+    for (int i = 0; i < n_; ++i) identity = identity && source[i] == i;
+    if (identity || length_ == 0) return;
+    caches_.reorder(source.data(), length_, stream_.get());
+  }
+
+ private:
+  const CudaWhisper& model_;
+  std::shared_ptr<const CudaWindow> window_;
+  gpu::Stream stream_;
+  gpu::Pass pass_;
+  KvCaches caches_;
+  DecoderBuffers scratch_;
+  StepInputs inputs_;
+  gpu::Buffer logits_;
+  int n_;
+  int length_ = 0;
+};
+
+std::unique_ptr<DecoderSession> CudaWhisper::start(std::shared_ptr<const EncodedWindow> window,
+                                                   int n_sequences) const {
+  auto window_here = ours(window);
+  if (n_sequences < 1 || n_sequences > kMaxSequences) {
+    fail("whisper decoder: ", n_sequences, " sequences (1 to ", kMaxSequences, " allowed)");
+  }
+  return std::make_unique<CudaSession>(*this, std::move(window_here), n_sequences);
+}
+
+// A captured decode step, destroyed with the object.
+class Graph {
+ public:
+  ~Graph() {
+    if (exec_) cudaGraphExecDestroy(exec_);
+    if (graph_) cudaGraphDestroy(graph_);
+  }
+  template <class Body>
+  void capture(cudaStream_t stream, Body body) {
+    gpu::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
+    try {
+      body();
+    } catch (...) {
+      cudaGraph_t broken = nullptr;
+      cudaStreamEndCapture(stream, &broken);
+      if (broken) cudaGraphDestroy(broken);
+      throw;
+    }
+    gpu::check(cudaStreamEndCapture(stream, &graph_), "end capture");
+    gpu::check(cudaGraphInstantiate(&exec_, graph_, 0), "instantiate the decode step");
+  }
+  void launch(cudaStream_t stream) { gpu::check(cudaGraphLaunch(exec_, stream), "decode step"); }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
+double milliseconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
+}
+
+std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob> jobs,
+                                                      bool timestamps, int exact_steps,
+                                                      GreedyTiming* timing) const {
+  const int batch = static_cast<int>(jobs.size());
+  if (batch == 0) return {};
+  // The windows must be those of one encode_batch() call, in order: the step reads their
+  // cross-attention K/V at a fixed stride.
+  auto first = ours(jobs[0].window);
+  if (first->index != 0 || first->batch->buffers.count != batch) {
+    fail("whisper: decode_greedy needs all windows of one encode_batch() call, in order");
+  }
+  int steps = 0, longest_prompt = 0;
+  for (int j = 0; j < batch; ++j) {
+    const GreedyJob& job = jobs[j];
+    auto window = ours(job.window);
+    if (window->batch != first->batch || window->index != j) {
+      fail("whisper: decode_greedy needs all windows of one encode_batch() call, in order");
+    }
+    const int prompt = static_cast<int>(job.prompt.size());
+    if (prompt == 0 || prompt > config_.max_target_positions || job.sot_index < 0 ||
+        job.sot_index >= prompt || job.limit < 1) {
+      fail("whisper: invalid greedy job (", prompt, " prompt tokens, limit ", job.limit, ")");
+    }
+    for (int32_t id : job.prompt) {
+      if (id < 0 || id >= config_.vocab_size) fail("whisper decoder: token ", id, " out of range");
+    }
+    steps = std::max(steps, job.limit);
+    longest_prompt = std::max(longest_prompt, prompt);
+  }
+  if (exact_steps > 0) steps = exact_steps;
+  std::lock_guard lock(mutex_);
+  const cudaStream_t stream = stream_.get();
+  gpu::Pass& pass = *pass_;
+  const int vocab = config_.vocab_size;
+
+  // Slots run past their own limit when others go on; the cache and the position table have
+  // room for that, and the extra tokens are dropped below.
+  KvCaches caches(config_, weights_.element, batch, longest_prompt + steps);
+  DecoderBuffers scratch;
+  gpu::Buffer logits_buffer(sizeof(float) * int64_t{batch} * vocab);
+  gpu::Buffer history(sizeof(int32_t) * batch * steps), count(sizeof(int32_t) * batch), done(batch),
+      sum_logprob(sizeof(double) * batch), next(sizeof(int32_t) * batch);
+  gpu::check(cudaMemsetAsync(count.data(), 0, count.bytes(), stream), "clear");
+  gpu::check(cudaMemsetAsync(done.data(), 0, done.bytes(), stream), "clear");
+  gpu::check(cudaMemsetAsync(sum_logprob.data(), 0, sum_logprob.bytes(), stream), "clear");
+  std::vector<int32_t> limits(batch);
+  for (int j = 0; j < batch; ++j) limits[j] = exact_steps > 0 ? steps : jobs[j].limit;
+  const gpu::Buffer limits_dev = gpu::upload_vector(limits, stream);
+  gpu::GreedyState state{history.as<int32_t>(),    steps,
+                         count.as<int32_t>(),      done.as<uint8_t>(),
+                         sum_logprob.as<double>(), limits_dev.as<int32_t>()};
+  gpu::GreedyRules rules = rules_;
+  rules.timestamps = timestamps;
+
+  // The prompts, one sequence at a time (they differ in length); the last position's logits
+  // go to the sequence's row, the <|startoftranscript|> position's give no_speech_prob.
+  const auto prompt_start = std::chrono::steady_clock::now();
+  std::vector<GreedyOutcome> outcomes(batch);
+  StepInputs inputs;
+  gpu::Buffer two_rows(sizeof(float) * 2 * vocab);  // logits at <|startoftranscript|> and the end
+  std::vector<float> sot_host(vocab);
+  const int64_t row_bytes = pass.bytes(config_.d_model);
+  for (int j = 0; j < batch; ++j) {
+    const GreedyJob& job = jobs[j];
+    const int prompt = static_cast<int>(job.prompt.size());
+    std::vector<int32_t> position_ids(prompt);
+    std::iota(position_ids.begin(), position_ids.end(), 0);
+    inputs.upload(job.prompt, position_ids, {0}, stream);
+    cuda::decode_tokens(pass, config_, weights_, caches, j, 1, prompt, 0, inputs.ids.as<int32_t>(),
+                        inputs.position_ids.as<int32_t>(), inputs.positions.as<int32_t>(),
+                        cross_of(*ours(job.window)), scratch);
+    gpu::check(cudaMemcpyAsync(scratch.h.as<uint8_t>(),
+                               scratch.x.as<uint8_t>() + row_bytes * job.sot_index, row_bytes,
+                               cudaMemcpyDeviceToDevice, stream),
+               "prompt rows");
+    gpu::check(cudaMemcpyAsync(scratch.h.as<uint8_t>() + row_bytes,
+                               scratch.x.as<uint8_t>() + row_bytes * (prompt - 1), row_bytes,
+                               cudaMemcpyDeviceToDevice, stream),
+               "prompt rows");
+    cuda::logits(pass, config_, weights_, scratch.h.data(), 2, two_rows.as<float>());
+    gpu::check(cudaMemcpyAsync(logits_buffer.as<float>() + int64_t{j} * vocab,
+                               two_rows.as<float>() + vocab, sizeof(float) * vocab,
+                               cudaMemcpyDeviceToDevice, stream),
+               "prompt logits");
+    gpu::download(two_rows.data(), sizeof(float) * vocab, sot_host.data(), stream);
+    stream_.synchronize();
+    if (vocabulary_.no_speech >= 0 && vocabulary_.no_speech < vocab) {
+      outcomes[j].no_speech_prob = static_cast<float>(
+          std::exp(sot_host[vocabulary_.no_speech] - log_sum_exp(sot_host.data(), vocab)));
+    }
+  }
+  std::vector<int32_t> positions(batch), lengths(batch),
+      cross_lengths(batch, config_.max_source_positions);
+  for (int j = 0; j < batch; ++j) {
+    positions[j] = static_cast<int32_t>(jobs[j].prompt.size());
+    lengths[j] = positions[j] + 1;
+  }
+  gpu::Buffer positions_dev = gpu::upload_vector<int32_t>(positions, stream);
+  gpu::Buffer lengths_dev = gpu::upload_vector<int32_t>(lengths, stream);
+  gpu::Buffer cross_lengths_dev = gpu::upload_vector<int32_t>(cross_lengths, stream);
+  const CrossKv cross{cross_of(*first).kv, int64_t{config_.max_source_positions} * 2 *
+                                               config_.d_model * config_.decoder_layers};
+
+  // The first token comes from the prompts' logits; every further one from a replayed step.
+  gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);
+  auto step = [&] {
+    cuda::decode_step(pass, config_, weights_, caches, batch, next.as<int32_t>(),
+                      positions_dev.as<int32_t>(), lengths_dev.as<int32_t>(),
+                      cross_lengths_dev.as<int32_t>(), cross, scratch);
+    cuda::logits(pass, config_, weights_, scratch.x.data(), batch, logits_buffer.as<float>());
+    gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);
+    gpu::advance_lengths(positions_dev.as<int32_t>(), batch, 1, stream);
+    gpu::advance_lengths(lengths_dev.as<int32_t>(), batch, 1, stream);
+  };
+  stream_.synchronize();
+  if (timing) timing->prompt_ms = milliseconds_since(prompt_start);
+
+  int taken = 1;  // tokens chosen so far
+  if (steps > 1) {
+    const auto setup_start = std::chrono::steady_clock::now();
+    step();  // once outside the capture: cuBLASLt picks its kernels, modules load
+    ++taken;
+    Graph graph;
+    graph.capture(stream, step);
+    stream_.synchronize();
+    if (timing) timing->setup_ms = milliseconds_since(setup_start);
+
+    const auto steps_start = std::chrono::steady_clock::now();
+    std::vector<uint8_t> done_host(batch);
+    int replayed = 0;
+    while (taken < steps) {
+      graph.launch(stream);
+      ++taken;
+      ++replayed;
+      if (exact_steps == 0 && taken % kStepsPerCheck == 0) {
+        gpu::download(done.data(), batch, done_host.data(), stream);
+        stream_.synchronize();
+        if (std::all_of(done_host.begin(), done_host.end(), [](uint8_t d) { return d != 0; })) {
+          break;
+        }
+      }
+    }
+    stream_.synchronize();
+    if (timing) {
+      timing->steps_ms = milliseconds_since(steps_start);
+      timing->steps = replayed;
+    }
+  }
+
+  std::vector<int32_t> history_host(static_cast<size_t>(batch) * steps), count_host(batch);
+  std::vector<double> sum_host(batch);
+  gpu::download(history.data(), history.bytes(), history_host.data());
+  gpu::download(count.data(), count.bytes(), count_host.data());
+  gpu::download(sum_logprob.data(), sum_logprob.bytes(), sum_host.data());
+  for (int j = 0; j < batch; ++j) {
+    const int32_t* row = history_host.data() + static_cast<size_t>(j) * steps;
+    outcomes[j].tokens.assign(row, row + count_host[j]);
+    outcomes[j].sum_logprob = sum_host[j];
+  }
+  return outcomes;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_cuda(std::shared_ptr<const gguf::File> file) {
+  return std::make_unique<CudaWhisper>(std::move(file));
+}
+
+}  // namespace hark::whisper

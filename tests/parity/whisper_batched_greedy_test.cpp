@@ -1,0 +1,122 @@
+// The GPU model against the CPU model on the same GGUF file: encoder output and logits per weight
+// type, and the batched greedy search (one CUDA Graph step for several windows, logit rules and
+// argmax on the GPU) against decode_window() on the CPU, window by window. Skipped without a GPU.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "audio/audio.h"
+#include "compute/cuda/cuda.h"
+#include "features/whisper_mel.h"
+#include "format/gguf.h"
+#include "models/whisper/convert.h"
+#include "models/whisper/logit_rules.h"
+#include "models/whisper/model.h"
+#include "models/whisper/search.h"
+#include "support/compare.h"
+#include "support/tiny_whisper.h"
+
+namespace hark::whisper {
+namespace {
+
+namespace fs = std::filesystem;
+using hark::testing::relative_error;
+
+struct Pair {
+  std::unique_ptr<Model> cpu, cuda;
+};
+
+Pair load_pair(const std::string& name, DType type) {
+  const fs::path dir = fs::path(HARK_TEST_DATA) / "whisper" / name;
+  testing::TempDir temp;
+  const std::string path = (temp / "model.gguf").string();
+  convert_checkpoint(dir.string(), path, type);
+  const auto file = gguf::File::open(path);
+  return {Model::load(file, Device::cpu), Model::load(file, Device::cuda)};
+}
+
+// Three real recordings as consecutive log-mel windows.
+std::vector<float> three_windows(int n_mels) {
+  const features::MelSpectrogram spectrogram(features::whisper_mel_config(n_mels));
+  std::vector<float> mel;
+  for (const char* file : {"jfk.wav", "beckett.wav", "librivox-0870.wav"}) {
+    const std::vector<float> samples = audio::load(std::string(HARK_TEST_DATA) + "/audio/" + file);
+    const std::vector<float> window = features::whisper_window_log_mel(spectrogram, samples);
+    mel.insert(mel.end(), window.begin(), window.end());
+  }
+  return mel;
+}
+
+class WhisperCudaAgainstCpu : public ::testing::TestWithParam<DType> {};
+
+TEST_P(WhisperCudaAgainstCpu, BatchedEncoderAndLogitsMatchTheCpu) {
+  if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
+  const DType type = GetParam();
+  const Pair models = load_pair("tiny-random-large-v3", type);
+  const Config& config = models.cpu->config();
+  const std::vector<float> mel = three_windows(config.n_mels);
+  const auto gpu_windows = models.cuda->encode_batch(mel, 3);
+  const auto cpu_windows = models.cpu->encode_batch(mel, 3);
+  // F32 weights compute in F32 on both; otherwise the GPU's activations are 16-bit, and this
+  // model's init amplifies rounding on purpose (whisper_weight_types_test.cpp): BF16, with 8
+  // bits, lands at 5e-2 to 7e-2 here.
+  const double bound = type == DType::F32 ? 1e-4 : type == DType::BF16 ? 1e-1 : 2e-2;
+  const std::vector<int32_t> prompt = {50258, 50259, 50360, 50364};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("window " + std::to_string(i));
+    EXPECT_LE(relative_error(gpu_windows[i]->frames(), cpu_windows[i]->frames()), bound);
+    const std::vector<float> gpu_logits =
+        models.cuda->start(gpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
+    const std::vector<float> cpu_logits =
+        models.cpu->start(cpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
+    EXPECT_LE(relative_error(gpu_logits, cpu_logits), bound);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, WhisperCudaAgainstCpu,
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// F32 on both sides, so the greedy choices must agree token for token.
+TEST(WhisperCudaBatchedGreedy, MatchesDecodeWindowOnTheCpu) {
+  if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
+  const Pair models = load_pair("tiny-random-large-v3", DType::F32);
+  const Config& config = models.cpu->config();
+  const Vocabulary& vocabulary = models.cpu->vocabulary();
+  const std::vector<float> mel = three_windows(config.n_mels);
+  const auto gpu_windows = models.cuda->encode_batch(mel, 3);
+  const auto cpu_windows = models.cpu->encode_batch(mel, 3);
+  for (bool timestamps : {false, true}) {
+    SCOPED_TRACE(timestamps ? "timestamps" : "no timestamps");
+    const LogitRules rules(vocabulary, config.vocab_size, timestamps);
+    // Prompts of different lengths: the batch's sequences sit at different positions.
+    std::vector<Prompt> prompts;
+    const std::vector<int32_t> previous = {440, 1029, 8462};
+    for (int i = 0; i < 3; ++i) {
+      prompts.push_back(make_prompt(vocabulary, config.max_target_positions,
+                                    std::span(previous).first(i), vocabulary.first_language,
+                                    vocabulary.transcribe, timestamps));
+    }
+    constexpr int kMaxTokens = 40;
+    const std::vector<WindowResult> batched =
+        decode_windows_greedy(*models.cuda, gpu_windows, prompts, rules, kMaxTokens);
+    ASSERT_EQ(batched.size(), 3u);
+    for (int i = 0; i < 3; ++i) {
+      SCOPED_TRACE("window " + std::to_string(i));
+      SearchOptions options;
+      options.max_tokens = kMaxTokens;
+      const WindowResult expected =
+          decode_window(*models.cpu, cpu_windows[i], prompts[i], rules, options);
+      EXPECT_EQ(batched[i].tokens, expected.tokens);
+      EXPECT_EQ(batched[i].ended, expected.ended);
+      EXPECT_NEAR(batched[i].sum_logprob, expected.sum_logprob,
+                  1e-4 * (1 + std::abs(expected.sum_logprob)));
+      EXPECT_NEAR(batched[i].no_speech_prob, expected.no_speech_prob, 1e-4);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hark::whisper

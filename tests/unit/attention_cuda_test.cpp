@@ -1,0 +1,475 @@
+// The CUDA attention kernels (attention, decode_attention, append_kv) against a plain softmax
+// attention computed in double on the CPU from the values the GPU really holds (after rounding
+// to the element type).
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/cuda/cuda.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/kernels.h"
+#include "format/quant.h"
+
+namespace hark::compute::cuda {
+namespace {
+
+constexpr Element kElements[] = {Element::f32, Element::f16, Element::bf16};
+
+const char* element_name(Element e) {
+  return e == Element::f32 ? "f32" : e == Element::f16 ? "f16" : "bf16";
+}
+
+// Largest error allowed, relative to the largest reference magnitude.
+double tolerance(Element e) {
+  return e == Element::f32 ? 1e-5 : 2e-2;
+}
+
+std::vector<uint8_t> encode(Element e, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(values.size() * element_size(e));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (e == Element::f32) {
+      std::memcpy(&bytes[i * 4], &values[i], 4);
+    } else {
+      const uint16_t bits =
+          e == Element::f16 ? quant::f32_to_f16(values[i]) : quant::f32_to_bf16(values[i]);
+      std::memcpy(&bytes[i * 2], &bits, 2);
+    }
+  }
+  return bytes;
+}
+
+std::vector<float> decode(Element e, const std::vector<uint8_t>& bytes) {
+  std::vector<float> values(bytes.size() / element_size(e));
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (e == Element::f32) {
+      std::memcpy(&values[i], &bytes[i * 4], 4);
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, &bytes[i * 2], 2);
+      values[i] = e == Element::f16 ? quant::f16_to_f32(bits) : quant::bf16_to_f32(bits);
+    }
+  }
+  return values;
+}
+
+// Values on the GPU as element type e, and the F32 values they hold there.
+struct DeviceArray {
+  Buffer buffer;
+  std::vector<float> values;
+
+  void* at(Element e, int64_t element) const {
+    return static_cast<uint8_t*>(buffer.data()) + element * static_cast<int64_t>(element_size(e));
+  }
+};
+
+DeviceArray upload_values(Element e, const std::vector<float>& values) {
+  const std::vector<uint8_t> bytes = encode(e, values);
+  DeviceArray array{Buffer(bytes.size()), decode(e, bytes)};
+  upload(bytes.data(), bytes.size(), array.buffer.data());
+  return array;
+}
+
+DeviceArray random_array(Element e, size_t n, uint32_t seed, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, stddev);
+  std::vector<float> values(n);
+  for (float& x : values) x = normal(rng);
+  return upload_values(e, values);
+}
+
+std::vector<float> read_back(Element e, const Buffer& buffer, size_t n) {
+  std::vector<uint8_t> bytes(n * element_size(e));
+  download(buffer.data(), bytes.size(), bytes.data());
+  return decode(e, bytes);
+}
+
+Buffer upload_ints(const std::vector<int32_t>& values) {
+  return upload_vector(values);
+}
+
+// Rows of one tensor inside a host array: element (b, t, c) at offset + b·batch_stride +
+// t·row_stride + c.
+struct HostRows {
+  const std::vector<float>* values;
+  int64_t offset, row_stride, batch_stride;
+  double at(int64_t b, int64_t t, int64_t c) const {
+    return (*values)[offset + b * batch_stride + t * row_stride + c];
+  }
+};
+
+// softmax(scale · q_i · k_j) over visible keys j, times v; zeros when no key is visible.
+std::vector<double> reference_row(const HostRows& q, const HostRows& k, const HostRows& v,
+                                  int64_t b, int64_t i, int head, int head_dim, int64_t visible,
+                                  double scale) {
+  std::vector<double> out(head_dim, 0.0);
+  if (visible <= 0) return out;
+  const int64_t c0 = static_cast<int64_t>(head) * head_dim;
+  std::vector<double> scores(visible);
+  double max_score = -std::numeric_limits<double>::infinity();
+  for (int64_t j = 0; j < visible; ++j) {
+    double dot = 0.0;
+    for (int d = 0; d < head_dim; ++d) dot += q.at(b, i, c0 + d) * k.at(b, j, c0 + d);
+    scores[j] = scale * dot;
+    max_score = std::max(max_score, scores[j]);
+  }
+  double sum = 0.0;
+  for (double& s : scores) sum += (s = std::exp(s - max_score));
+  for (int64_t j = 0; j < visible; ++j) {
+    for (int d = 0; d < head_dim; ++d) out[d] += scores[j] / sum * v.at(b, j, c0 + d);
+  }
+  return out;
+}
+
+// Tracks the largest error against the largest reference magnitude.
+class Comparison {
+ public:
+  void add(double got, double want, const std::string& where) {
+    max_reference_ = std::max(max_reference_, std::abs(want));
+    const double error = std::isfinite(got) ? std::abs(got - want) : HUGE_VAL;
+    if (error > max_error_) max_error_ = error, worst_ = where;
+  }
+  void expect_within(double relative) const {
+    EXPECT_LE(max_error_, relative * max_reference_)
+        << "worst at " << worst_ << " (largest reference magnitude " << max_reference_ << ")";
+  }
+
+ private:
+  double max_error_ = 0.0, max_reference_ = 0.0;
+  std::string worst_ = "nowhere";
+};
+
+// ---- attention ---------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int batch, heads, head_dim;
+  int64_t q_len, kv_len;
+  bool causal = false;
+  bool fused_qkv = false;   // q, k, v are slices of one [batch, steps, 3 · width] projection
+  bool shared_kv = false;   // one key/value sequence for all (kv_batch_stride 0)
+  int64_t row_padding = 0;  // extra elements at the end of every row (odd: unaligned rows)
+};
+
+std::string describe_case(Element e, const AttentionCase& c) {
+  return std::string(element_name(e)) + " batch " + std::to_string(c.batch) + " heads " +
+         std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) + " q_len " +
+         std::to_string(c.q_len) + " kv_len " + std::to_string(c.kv_len) +
+         (c.causal ? " causal" : "") + (c.fused_qkv ? " fused" : "") +
+         (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding);
+}
+
+void check_attention(Element e, const AttentionCase& c) {
+  SCOPED_TRACE(describe_case(e, c));
+  const int64_t width = int64_t{c.heads} * c.head_dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+
+  // q, k and v live in `qkv` (fused) or in three arrays.
+  int64_t q_offset = 0, k_offset = 0, v_offset = 0, q_row, q_batch, kv_row, kv_batch;
+  DeviceArray qkv, q_array, k_array, v_array;
+  if (c.fused_qkv) {
+    q_row = kv_row = 3 * width + c.row_padding;
+    q_batch = kv_batch = c.q_len * q_row;
+    qkv = random_array(e, c.batch * q_batch, 1, 1.5f);
+    k_offset = width;
+    v_offset = 2 * width;
+  } else {
+    q_row = kv_row = width + c.row_padding;
+    q_batch = c.q_len * q_row;
+    kv_batch = c.shared_kv ? 0 : c.kv_len * kv_row;
+    const int64_t kv_batches = c.shared_kv ? 1 : c.batch;
+    q_array = random_array(e, c.batch * q_batch, 2, 1.5f);
+    k_array = random_array(e, kv_batches * c.kv_len * kv_row, 3, 1.0f);
+    v_array = random_array(e, kv_batches * c.kv_len * kv_row, 4, 1.0f);
+  }
+  const DeviceArray& q_source = c.fused_qkv ? qkv : q_array;
+  const DeviceArray& k_source = c.fused_qkv ? qkv : k_array;
+  const DeviceArray& v_source = c.fused_qkv ? qkv : v_array;
+
+  const int64_t out_row = width + c.row_padding, out_batch = c.q_len * out_row;
+  const DeviceArray out = upload_values(e, std::vector<float>(c.batch * out_batch, 0.0f));
+
+  attention(e, q_source.at(e, q_offset), q_row, q_batch, k_source.at(e, k_offset),
+            v_source.at(e, v_offset), kv_row, kv_batch, out.buffer.data(), out_row, out_batch,
+            c.batch, c.heads, c.head_dim, c.q_len, c.kv_len, static_cast<float>(scale), c.causal,
+            nullptr);
+  check(cudaDeviceSynchronize(), "attention test");
+  const std::vector<float> got = read_back(e, out.buffer, c.batch * out_batch);
+
+  const HostRows q{&q_source.values, q_offset, q_row, q_batch};
+  const HostRows k{&k_source.values, k_offset, kv_row, kv_batch};
+  const HostRows v{&v_source.values, v_offset, kv_row, kv_batch};
+  Comparison comparison;
+  for (int b = 0; b < c.batch; ++b) {
+    for (int64_t i = 0; i < c.q_len; ++i) {
+      const int64_t visible = c.causal ? std::min(c.kv_len, c.kv_len - c.q_len + i + 1) : c.kv_len;
+      for (int h = 0; h < c.heads; ++h) {
+        const std::vector<double> want =
+            reference_row(q, k, v, b, i, h, c.head_dim, visible, scale);
+        for (int d = 0; d < c.head_dim; ++d) {
+          comparison.add(got[b * out_batch + i * out_row + h * c.head_dim + d], want[d],
+                         "b " + std::to_string(b) + " i " + std::to_string(i) + " h " +
+                             std::to_string(h) + " d " + std::to_string(d));
+        }
+      }
+    }
+  }
+  comparison.expect_within(tolerance(e));
+}
+
+void check_attention_all_types(const AttentionCase& c) {
+  for (Element e : kElements) check_attention(e, c);
+}
+
+TEST(AttentionCuda, LongSequencesNonCausal) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (int head_dim : {64, 16}) check_attention_all_types({2, 2, head_dim, 1500, 1500});
+}
+
+TEST(AttentionCuda, CausalSquare) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (int head_dim : {64, 16}) check_attention_all_types({1, 3, head_dim, 7, 7, true});
+}
+
+TEST(AttentionCuda, CausalWithOffset) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (int head_dim : {64, 16}) check_attention_all_types({2, 2, head_dim, 5, 12, true});
+}
+
+TEST(AttentionCuda, DecoderPromptCausal) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  check_attention_all_types({2, 4, 64, 448, 448, true});
+}
+
+TEST(AttentionCuda, SeveralTilesWithTails) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  check_attention_all_types({1, 2, 64, 130, 200});
+  check_attention_all_types({1, 2, 64, 150, 200, true});
+  check_attention_all_types({1, 2, 16, 40, 70, true});
+}
+
+TEST(AttentionCuda, FusedQkvLayout) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (bool causal : {false, true}) {
+    check_attention_all_types({2, 3, 64, 37, 37, causal, true});
+    check_attention_all_types({2, 3, 16, 20, 20, causal, true});
+  }
+}
+
+TEST(AttentionCuda, SharedKeysAndValues) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  check_attention_all_types({3, 2, 64, 20, 77, false, false, true});
+  check_attention_all_types({3, 2, 16, 3, 77, false, false, true});
+}
+
+TEST(AttentionCuda, HeadDim128) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  check_attention_all_types({2, 2, 128, 150, 300});
+  check_attention_all_types({1, 2, 128, 150, 300, true});
+}
+
+TEST(AttentionCuda, UnalignedRowsTakeTheGenericPath) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  check_attention_all_types({2, 2, 64, 33, 40, false, false, false, 1});
+  check_attention_all_types({2, 2, 64, 9, 9, true, true, false, 1});
+}
+
+// ---- decode_attention --------------------------------------------------------------------------
+
+struct DecodeCase {
+  int heads, head_dim;
+  std::vector<int32_t> lengths;  // one per sequence
+  int64_t capacity;              // cache rows per sequence
+  bool shared_kv = false;        // kv_batch_stride 0
+  int64_t row_padding = 0;
+};
+
+// Runs decode_attention on `stream` (or captured into a graph when `graph_steps` > 0, replayed
+// once per lengths vector in graph_steps) and compares each result.
+void check_decode(Element e, const DecodeCase& c,
+                  const std::vector<std::vector<int32_t>>& graph_steps = {}) {
+  const int batch = static_cast<int>(c.lengths.size());
+  SCOPED_TRACE(std::string(element_name(e)) + " batch " + std::to_string(batch) + " heads " +
+               std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) +
+               (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding));
+  const int64_t width = int64_t{c.heads} * c.head_dim;
+  const int64_t row = width + c.row_padding;
+  const int64_t kv_batches = c.shared_kv ? 1 : batch;
+  const int64_t kv_batch = c.shared_kv ? 0 : c.capacity * row;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+
+  const DeviceArray q = random_array(e, batch * row, 11, 1.5f);
+  std::mt19937 rng(12);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> k_values(kv_batches * c.capacity * row), v_values(k_values.size());
+  for (size_t i = 0; i < k_values.size(); ++i) k_values[i] = normal(rng), v_values[i] = normal(rng);
+  // Rows past a sequence's length hold values that would dominate the result if they were read.
+  if (!c.shared_kv) {
+    for (int b = 0; b < batch; ++b) {
+      for (int64_t t = c.lengths[b]; t < c.capacity; ++t) {
+        for (int64_t x = 0; x < row; ++x) {
+          k_values[b * kv_batch + t * row + x] = 30.0f;
+          v_values[b * kv_batch + t * row + x] = 1000.0f;
+        }
+      }
+    }
+  }
+  const DeviceArray k = upload_values(e, k_values), v = upload_values(e, v_values);
+  const DeviceArray out = upload_values(e, std::vector<float>(batch * row, 0.0f));
+  Buffer lengths = upload_ints(c.lengths);
+
+  const auto launch = [&](cudaStream_t stream) {
+    decode_attention(e, q.buffer.data(), row, k.buffer.data(), v.buffer.data(), row, kv_batch,
+                     lengths.as<int32_t>(), out.buffer.data(), row, batch, c.heads, c.head_dim,
+                     static_cast<float>(scale), stream);
+  };
+  const auto compare = [&](const std::vector<int32_t>& step_lengths) {
+    const std::vector<float> got = read_back(e, out.buffer, batch * row);
+    const HostRows q_rows{&q.values, 0, 0, row};  // one query row per sequence
+    const HostRows k_rows{&k.values, 0, row, kv_batch}, v_rows{&v.values, 0, row, kv_batch};
+    Comparison comparison;
+    for (int b = 0; b < batch; ++b) {
+      for (int h = 0; h < c.heads; ++h) {
+        const std::vector<double> want =
+            reference_row(q_rows, k_rows, v_rows, b, 0, h, c.head_dim, step_lengths[b], scale);
+        for (int d = 0; d < c.head_dim; ++d) {
+          comparison.add(
+              got[b * row + h * c.head_dim + d], want[d],
+              "b " + std::to_string(b) + " h " + std::to_string(h) + " d " + std::to_string(d));
+        }
+      }
+    }
+    comparison.expect_within(tolerance(e));
+  };
+
+  if (graph_steps.empty()) {
+    launch(nullptr);
+    check(cudaDeviceSynchronize(), "decode attention test");
+    compare(c.lengths);
+    return;
+  }
+  Stream stream;
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+  launch(stream.get());
+  check(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+  cudaGraphExec_t instance = nullptr;
+  check(cudaGraphInstantiate(&instance, graph, 0), "instantiate graph");
+  for (const std::vector<int32_t>& step_lengths : graph_steps) {
+    SCOPED_TRACE("lengths " + std::to_string(step_lengths[0]) + ", ...");
+    upload(step_lengths.data(), step_lengths.size() * sizeof(int32_t), lengths.data(),
+           stream.get());
+    check(cudaGraphLaunch(instance, stream.get()), "launch graph");
+    stream.synchronize();
+    compare(step_lengths);
+  }
+  cudaGraphExecDestroy(instance);
+  cudaGraphDestroy(graph);
+}
+
+TEST(DecodeAttentionCuda, MixedLengths) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    for (int head_dim : {64, 16}) check_decode(e, {3, head_dim, {1, 37, 448}, 448});
+  }
+}
+
+TEST(DecodeAttentionCuda, SharedCrossAttentionKeys) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_decode(e, {2, 64, {1500, 1500, 1500, 1500}, 1500, true});
+    check_decode(e, {20, 64, {1500}, 1500, true});
+    check_decode(e, {2, 16, {1500, 1500}, 1500, true});
+  }
+}
+
+TEST(DecodeAttentionCuda, LargeBatch) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  std::vector<int32_t> lengths(48);
+  for (size_t b = 0; b < lengths.size(); ++b) lengths[b] = static_cast<int32_t>(1 + 9 * b);
+  for (Element e : kElements) {
+    check_decode(e, {6, 64, lengths, 448});
+    check_decode(e, {6, 128, lengths, 448});
+  }
+}
+
+TEST(DecodeAttentionCuda, OtherHeadDimsAndUnalignedRows) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_decode(e, {2, 24, {5, 200}, 256});
+    check_decode(e, {2, 64, {5, 200}, 256, false, 1});
+  }
+}
+
+TEST(DecodeAttentionCuda, GraphReadsLengthsAtRunTime) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_decode(e, {4, 64, {3, 100}, 448}, {{3, 100}, {4, 101}, {2, 60}});
+  }
+}
+
+// ---- append_kv ---------------------------------------------------------------------------------
+
+void check_append_kv(Element e, int64_t width, int64_t steps) {
+  SCOPED_TRACE(std::string(element_name(e)) + " width " + std::to_string(width) + " steps " +
+               std::to_string(steps));
+  const int batch = 3;
+  const int64_t capacity = 24;
+  const std::vector<int32_t> positions = {0, 5, static_cast<int32_t>(capacity - steps)};
+  // New rows as slices of a fused QKV projection [batch, steps, 3 · width].
+  const int64_t new_row = 3 * width, new_batch = steps * new_row;
+  const DeviceArray fresh = random_array(e, batch * new_batch, 21, 1.0f);
+  const DeviceArray k_cache = random_array(e, batch * capacity * width, 22, 1.0f);
+  const DeviceArray v_cache = random_array(e, batch * capacity * width, 23, 1.0f);
+  Buffer position_buffer = upload_ints(positions);
+
+  append_kv(e, fresh.at(e, width), fresh.at(e, 2 * width), new_row, new_batch, batch, steps, width,
+            k_cache.buffer.data(), v_cache.buffer.data(), capacity * width,
+            position_buffer.as<int32_t>(), nullptr);
+  check(cudaDeviceSynchronize(), "append_kv test");
+
+  std::vector<float> want_k = k_cache.values, want_v = v_cache.values;
+  for (int b = 0; b < batch; ++b) {
+    for (int64_t t = 0; t < steps; ++t) {
+      for (int64_t x = 0; x < width; ++x) {
+        const int64_t target = b * capacity * width + (positions[b] + t) * width + x;
+        want_k[target] = fresh.values[b * new_batch + t * new_row + width + x];
+        want_v[target] = fresh.values[b * new_batch + t * new_row + 2 * width + x];
+      }
+    }
+  }
+  EXPECT_EQ(read_back(e, k_cache.buffer, want_k.size()), want_k);
+  EXPECT_EQ(read_back(e, v_cache.buffer, want_v.size()), want_v);
+}
+
+TEST(AppendKvCuda, PerSequencePositions) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_append_kv(e, 48, 2);
+    check_append_kv(e, 48, 1);
+    check_append_kv(e, 5, 3);  // rows that allow no wide copies
+  }
+}
+
+}  // namespace
+}  // namespace hark::compute::cuda
