@@ -251,52 +251,93 @@ int run(const ParsedArgs& args) {
 
   const bool several_on_stdout = !output_dir && inputs.size() > 1;
   bool printed_any = false;
-  int failures = 0;
-  for (size_t i = 0; i < inputs.size(); ++i) {
+  auto emit = [&](size_t i, const Transcript& transcript) {
     const std::string& input = inputs[i];
-    const std::string shown = input == "-" ? "stdin" : input;
+    if (output_dir) {
+      write_file(destinations[i], output::render(transcript, format));
+      log::info("wrote ", destinations[i].string());
+    } else if (several_on_stdout && format == output::Format::json) {
+      nlohmann::ordered_json line = output::to_json_value(transcript);
+      line["file"] = input;
+      write_stdout(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
+                   "\n");
+    } else if (several_on_stdout) {
+      write_stdout((printed_any ? "\n==> " : "==> ") + input + " <==\n" +
+                   output::render(transcript, format));
+      printed_any = true;
+    } else {
+      write_stdout(output::render(transcript, format));
+    }
+  };
+  // Runs `body` for the inputs it names; an input's own failure is reported and counted, and
+  // the others go on. Usage and output errors stop everything.
+  int failures = 0;
+  auto guarded = [&](const std::vector<size_t>& which, auto&& body) {
     try {
-      const auto started = std::chrono::steady_clock::now();
-      const std::vector<float> samples = audio::load(input, audio::kSampleRate);
-
-      ProgressLine progress("hark: " + shown);
-      options.on_progress = [&progress](double fraction) { progress.update(fraction); };
-      Transcript transcript = whisper::transcribe(*model, tokenizer, samples, options);
-      progress.clear();
-
-      const double seconds =
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-      const double audio_seconds = static_cast<double>(samples.size()) / audio::kSampleRate;
-      log::info(shown, ": ", audio_seconds, " s of audio in ", seconds, " s (",
-                seconds > 0 ? audio_seconds / seconds : 0.0, "x real time), language ",
-                transcript.language);
-
-      if (output_dir) {
-        write_file(destinations[i], output::render(transcript, format));
-        log::info("wrote ", destinations[i].string());
-      } else if (several_on_stdout && format == output::Format::json) {
-        nlohmann::ordered_json line = output::to_json_value(transcript);
-        line["file"] = input;
-        write_stdout(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
-                     "\n");
-      } else if (several_on_stdout) {
-        write_stdout((printed_any ? "\n==> " : "==> ") + input + " <==\n" +
-                     output::render(transcript, format));
-        printed_any = true;
-      } else {
-        write_stdout(output::render(transcript, format));
-      }
+      body();
     } catch (const std::bad_alloc&) {
-      report_failure(input, "out of memory");
-      ++failures;
+      for (size_t i : which) report_failure(inputs[i], "out of memory");
+      failures += static_cast<int>(which.size());
     } catch (const UsageError&) {
       throw;
     } catch (const OutputFailed&) {
       throw;
     } catch (const std::exception& error) {
-      report_failure(input, error.what());
-      ++failures;
+      for (size_t i : which) report_failure(inputs[i], error.what());
+      failures += static_cast<int>(which.size());
     }
+  };
+  auto log_speed = [](const std::string& what, double audio_seconds, double seconds,
+                      const std::string& language) {
+    log::info(what, ": ", audio_seconds, " s of audio in ", seconds, " s (",
+              seconds > 0 ? audio_seconds / seconds : 0.0, "x real time)",
+              language.empty() ? "" : ", language " + language);
+  };
+  using Clock = std::chrono::steady_clock;
+  auto seconds_since = [](Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  };
+
+  if (options.batch_size > 1 && inputs.size() > 1) {
+    // Batched mode over several files: their windows share the batches.
+    std::vector<size_t> loaded;
+    std::vector<std::vector<float>> recordings;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      guarded({i}, [&] {
+        recordings.push_back(audio::load(inputs[i], audio::kSampleRate));
+        loaded.push_back(i);
+      });
+    }
+    guarded(loaded, [&] {
+      const auto started = Clock::now();
+      std::vector<std::span<const float>> views(recordings.begin(), recordings.end());
+      ProgressLine progress("hark: " + std::to_string(loaded.size()) + " files");
+      options.on_progress = [&progress](double fraction) { progress.update(fraction); };
+      const std::vector<Transcript> transcripts =
+          whisper::transcribe_many(*model, tokenizer, views, options);
+      progress.clear();
+      double audio_seconds = 0;
+      for (const Transcript& transcript : transcripts) audio_seconds += transcript.duration;
+      log_speed(std::to_string(loaded.size()) + " files", audio_seconds, seconds_since(started),
+                "");
+      for (size_t k = 0; k < loaded.size(); ++k) emit(loaded[k], transcripts[k]);
+    });
+    return failures == 0 ? 0 : 1;
+  }
+
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const std::string shown = inputs[i] == "-" ? "stdin" : inputs[i];
+    guarded({i}, [&] {
+      const auto started = Clock::now();
+      const std::vector<float> samples = audio::load(inputs[i], audio::kSampleRate);
+      ProgressLine progress("hark: " + shown);
+      options.on_progress = [&progress](double fraction) { progress.update(fraction); };
+      const Transcript transcript = whisper::transcribe(*model, tokenizer, samples, options);
+      progress.clear();
+      log_speed(shown, static_cast<double>(samples.size()) / audio::kSampleRate,
+                seconds_since(started), transcript.language);
+      emit(i, transcript);
+    });
   }
   return failures == 0 ? 0 : 1;
 }

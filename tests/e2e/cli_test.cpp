@@ -328,6 +328,37 @@ TEST_F(CliWithModel, EveryDecodingOptionIsAccepted) {
                         "unknown language 'xx'");
 }
 
+TEST_F(CliWithModel, BatchedFilesShareBatchesAndKeepTheirOwnTranscripts) {
+  // Both files under 30 s: one window each, decoded in one batch, each as it is decoded alone.
+  const std::vector<std::string> files = {path("tone.wav"), path("short.wav")};
+  std::vector<std::string> args = files;
+  for (const char* extra : {"-o", "json", "--device", "cpu", "--batch-size", "4"}) {
+    args.push_back(extra);
+  }
+  const ProcessResult together = hark(run_args(args));
+  ASSERT_EQ(together.exit_code, 0) << describe(together);
+  size_t start = 0;
+  for (const std::string& file : files) {
+    SCOPED_TRACE(file);
+    const size_t end = together.out.find('\n', start);
+    ASSERT_NE(end, std::string::npos) << together.out;
+    nlohmann::json line = nlohmann::json::parse(together.out.substr(start, end - start));
+    start = end + 1;
+    EXPECT_EQ(line["file"], file);
+    line.erase("file");
+    const ProcessResult alone = hark(run_args({file, "-o", "json", "--device", "cpu"}));
+    ASSERT_EQ(alone.exit_code, 0) << describe(alone);
+    EXPECT_EQ(line, nlohmann::json::parse(alone.out));
+  }
+  // A file that cannot be read fails alone; the others are still batched and written.
+  const ProcessResult mixed =
+      hark(run_args({path("tone.wav"), path("missing.wav"), path("short.wav"), "-o", "json",
+                     "--batch-size", "4"}));
+  EXPECT_EQ(mixed.exit_code, 1) << describe(mixed);
+  EXPECT_EQ(mixed.err_lines().size(), 1u) << mixed.err;
+  EXPECT_NE(mixed.out.find("\"file\":\"" + path("short.wav") + "\""), std::string::npos);
+}
+
 TEST_F(CliWithModel, BadAudioFailsThatFileOnly) {
   TempDir temp;
   const std::string tone = testing::read_text(path("tone.wav"));

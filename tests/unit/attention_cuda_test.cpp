@@ -16,47 +16,16 @@
 #include "compute/cuda/device.h"
 #include "compute/cuda/kernels.h"
 #include "format/quant.h"
+#include "support/cuda_elements.h"
 
 namespace hark::compute::cuda {
 namespace {
 
-constexpr Element kElements[] = {Element::f32, Element::f16, Element::bf16};
-
-const char* element_name(Element e) {
-  return e == Element::f32 ? "f32" : e == Element::f16 ? "f16" : "bf16";
-}
+using namespace testing;  // element helpers (support/cuda_elements.h)
 
 // Largest error allowed, relative to the largest reference magnitude.
 double tolerance(Element e) {
   return e == Element::f32 ? 1e-5 : 2e-2;
-}
-
-std::vector<uint8_t> encode(Element e, const std::vector<float>& values) {
-  std::vector<uint8_t> bytes(values.size() * element_size(e));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (e == Element::f32) {
-      std::memcpy(&bytes[i * 4], &values[i], 4);
-    } else {
-      const uint16_t bits =
-          e == Element::f16 ? quant::f32_to_f16(values[i]) : quant::f32_to_bf16(values[i]);
-      std::memcpy(&bytes[i * 2], &bits, 2);
-    }
-  }
-  return bytes;
-}
-
-std::vector<float> decode(Element e, const std::vector<uint8_t>& bytes) {
-  std::vector<float> values(bytes.size() / element_size(e));
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (e == Element::f32) {
-      std::memcpy(&values[i], &bytes[i * 4], 4);
-    } else {
-      uint16_t bits;
-      std::memcpy(&bits, &bytes[i * 2], 2);
-      values[i] = e == Element::f16 ? quant::f16_to_f32(bits) : quant::bf16_to_f32(bits);
-    }
-  }
-  return values;
 }
 
 // Values on the GPU as element type e, and the F32 values they hold there.

@@ -17,19 +17,12 @@
 #include "compute/cuda/kernels.h"
 #include "format/dtype.h"
 #include "format/quant.h"
+#include "support/cuda_elements.h"
 
 namespace hark::compute::cuda {
 namespace {
 
-constexpr Element kElements[] = {Element::f32, Element::f16, Element::bf16};
-
-const char* element_name(Element e) {
-  return e == Element::f32 ? "f32" : e == Element::f16 ? "f16" : "bf16";
-}
-
-DType dtype_of(Element e) {
-  return e == Element::f32 ? DType::F32 : e == Element::f16 ? DType::F16 : DType::BF16;
-}
+using namespace testing;  // element helpers (support/cuda_elements.h)
 
 // Half an ulp of the element type, relative: what rounding one result to it may cost.
 double rounding(Element e) {
@@ -42,21 +35,6 @@ std::vector<float> random_values(size_t n, uint32_t seed, float mean, float stdd
   std::vector<float> values(n);
   for (float& value : values) value = normal(rng);
   return values;
-}
-
-std::vector<uint8_t> encode(Element e, const std::vector<float>& values) {
-  return quant::from_f32(dtype_of(e), values.data(), values.size());
-}
-
-std::vector<float> decode(Element e, const std::vector<uint8_t>& bytes) {
-  std::vector<float> values(bytes.size() / element_size(e));
-  quant::to_f32(dtype_of(e), bytes.data(), values.data(), values.size());
-  return values;
-}
-
-// The values rounded to element type e, as floats.
-std::vector<float> rounded(Element e, const std::vector<float>& values) {
-  return decode(e, encode(e, values));
 }
 
 // Bytes on the device, `offset` bytes past the allocation's start (so that a test can hand a

@@ -643,6 +643,17 @@ class WhisperTranscribe : public ::testing::Test {
                                 float base = 0.0f) {
     return logits(values, 51865, base);
   }
+  // A model that samples plan[window] token by token after a 3-token prompt tail
+  // (<|startoftranscript|> <|lang|> <|task|>), repeating the last, with speech at every window.
+  static Script planned(const Vocabulary& v, std::map<int, std::vector<int32_t>> plan) {
+    return [v, plan = std::move(plan)](const Context& c) {
+      const std::vector<int32_t>& script = plan.at(c.window);
+      if (c.tokens.back() == v.sot) return row({{v.no_speech, -10.0f}});
+      const auto sot = std::find(c.tokens.begin(), c.tokens.end(), v.sot);
+      const size_t sampled = c.tokens.end() - sot - 3;
+      return row({{script.at(std::min(sampled, script.size() - 1)), 20.0f}});
+    };
+  }
 
   static inline std::unique_ptr<text::BpeTokenizer> tokenizer_;
 };
@@ -659,13 +670,7 @@ TEST_F(WhisperTranscribe, SeeksFromWindowToWindowAndTimesSegments) {
       {1, {t0 + 5, again, t0 + 25, v.eot}},
       {2, {t0 + 0, hello, v.eot}},
   };
-  FakeModel model(config(), v, [&](const Context& c) {
-    const std::vector<int32_t>& script = plan.at(c.window);
-    if (c.tokens.back() == v.sot) return row({{v.no_speech, -10.0f}});
-    const auto sot = std::find(c.tokens.begin(), c.tokens.end(), v.sot);
-    const size_t sampled = c.tokens.end() - sot - 3;
-    return row({{script.at(std::min(sampled, script.size() - 1)), 20.0f}});
-  });
+  FakeModel model(config(), v, planned(v, plan));
   Options options;
   options.language = "en";
   options.fallback = false;
@@ -726,13 +731,7 @@ TEST_F(WhisperTranscribe, BatchedModeDecodesFixedWindowsIndependently) {
       {1, {t0 + 5, again, t0 + 25, v.eot}},
       {2, {t0 + 0, hello, t0 + 10, v.eot}},
   };
-  FakeModel model(config(), v, [&](const Context& c) {
-    const std::vector<int32_t>& script = plan.at(c.window);
-    if (c.tokens.back() == v.sot) return row({{v.no_speech, -10.0f}});
-    const auto sot = std::find(c.tokens.begin(), c.tokens.end(), v.sot);
-    const size_t sampled = c.tokens.end() - sot - 3;
-    return row({{script.at(std::min(sampled, script.size() - 1)), 20.0f}});
-  });
+  FakeModel model(config(), v, planned(v, plan));
   Options options;
   options.language = "en";
   options.fallback = false;
@@ -755,7 +754,7 @@ TEST_F(WhisperTranscribe, BatchedModeDecodesFixedWindowsIndependently) {
   for (const WindowReport& report : reports) EXPECT_EQ(report.prompt, prompt);
   EXPECT_EQ(reports[1].seek, 100);
   EXPECT_EQ(reports[2].frames, 50);
-  EXPECT_EQ(progress, (std::vector<double>{200.0 / 250, 1.0}));  // one call per batch
+  EXPECT_EQ(progress, (std::vector<double>{2.0 / 3, 1.0}));  // windows done, after each batch
 
   std::vector<std::string> texts;
   for (const Segment& segment : transcript.segments) texts.push_back(segment.text);
@@ -959,6 +958,56 @@ TEST_F(WhisperTranscribe, SkipsSilentWindowsWithoutFallingBack) {
   EXPECT_GT(reports[0].no_speech_prob, 0.6f);
   EXPECT_EQ(reports[1].seek, 100);  // skipped a whole window
   EXPECT_EQ(model.sessions, 2);     // no fallback decodings
+}
+
+TEST_F(WhisperTranscribe, BatchesTheWindowsOfSeveralRecordingsTogether) {
+  const Vocabulary v = vocabulary();
+  const int32_t hello = token(" hello");
+  FakeModel model(config(), v, [&](const Context& c) {
+    if (c.tokens.back() == v.no_timestamps) return row({{hello, 20.0f}});
+    return row({{v.eot, 20.0f}});
+  });
+  auto tone = [](size_t n) {
+    std::vector<float> samples(n);
+    for (size_t i = 0; i < n; ++i) samples[i] = 0.5f * std::sin(0.17f * static_cast<float>(i));
+    return samples;
+  };
+  // 2.5 s (windows at frames 0, 100, 200) and 1.2 s (0, 100), windows of 100 frames.
+  const std::vector<float> first = tone(40000), second = tone(19200);
+  const std::span<const float> recordings[] = {first, second};
+  Options options;
+  options.language = "en";
+  options.timestamps = false;
+  options.batch_size = 4;
+  std::vector<WindowReport> reports;
+  std::vector<double> progress;
+  options.on_window = [&](const WindowReport& r) { reports.push_back(r); };
+  options.on_progress = [&](double p) { progress.push_back(p); };
+  const std::vector<Transcript> transcripts =
+      transcribe_many(model, tokenizer(), recordings, options);
+
+  ASSERT_EQ(transcripts.size(), 2u);
+  EXPECT_DOUBLE_EQ(transcripts[0].duration, 2.5);
+  EXPECT_DOUBLE_EQ(transcripts[1].duration, 1.2);
+  EXPECT_EQ(transcripts[0].text(), " hello hello hello");
+  EXPECT_EQ(transcripts[1].text(), " hello hello");
+  ASSERT_EQ(transcripts[1].segments.size(), 2u);
+  EXPECT_DOUBLE_EQ(transcripts[1].segments[1].start, 1.0);
+  EXPECT_DOUBLE_EQ(transcripts[1].segments[1].end, 1.2);
+  // One queue: the first batch ends with the second recording's first window.
+  ASSERT_EQ(reports.size(), 5u);
+  EXPECT_EQ(reports[3].seek, 0);
+  EXPECT_EQ(reports[4].seek, 100);
+  EXPECT_EQ(reports[4].frames, 20);
+  EXPECT_EQ(progress, (std::vector<double>{4.0 / 5, 1.0}));
+
+  // Sequentially, each recording on its own, the same text.
+  options.batch_size = 1;
+  const std::vector<Transcript> sequential =
+      transcribe_many(model, tokenizer(), recordings, options);
+  ASSERT_EQ(sequential.size(), 2u);
+  EXPECT_EQ(sequential[0].text(), transcripts[0].text());
+  EXPECT_EQ(sequential[1].text(), transcripts[1].text());
 }
 
 TEST_F(WhisperTranscribe, TranscribesSamplesThroughTheLongFormLogMel) {

@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "compute/cuda/device.h"
+#include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
 
 namespace hark::compute::cuda {
@@ -28,33 +29,6 @@ namespace {
 
 constexpr int kMaxHeadDim = 128;
 constexpr float kLog2e = 1.4426950408889634f;
-
-// ---- element conversions ----------------------------------------------------------------------
-
-__device__ __forceinline__ float to_float(float x) {
-  return x;
-}
-__device__ __forceinline__ float to_float(__half x) {
-  return __half2float(x);
-}
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float x);
-template <>
-__device__ __forceinline__ float from_float<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_float<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
 
 // Two values as one 32-bit register of a tensor-core fragment: `low` is the element of the
 // smaller column.

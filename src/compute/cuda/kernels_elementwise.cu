@@ -12,6 +12,7 @@
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
 
 namespace hark::compute::cuda {
@@ -19,33 +20,6 @@ namespace hark::compute::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-
-// ---- Element access ---------------------------------------------------------------------------
-
-__device__ __forceinline__ float to_float(float value) {
-  return value;
-}
-__device__ __forceinline__ float to_float(half value) {
-  return __half2float(value);
-}
-__device__ __forceinline__ float to_float(bf16 value) {
-  return __bfloat162float(value);
-}
-
-template <class T>
-__device__ __forceinline__ T from_float(float value);
-template <>
-__device__ __forceinline__ float from_float<float>(float value) {
-  return value;
-}
-template <>
-__device__ __forceinline__ half from_float<half>(float value) {
-  return __float2half_rn(value);
-}
-template <>
-__device__ __forceinline__ bf16 from_float<bf16>(float value) {
-  return __float2bfloat16_rn(value);
-}
 
 // A pack of N consecutive values moves in one load or store of this raw type, which is why the
 // launchers only pick packs of more than one value when every pointer is aligned to the pack.

@@ -272,85 +272,99 @@ WindowReport report_of(const Prompt& prompt, const Decoded& decoded, int64_t see
   return report;
 }
 
-// Options::batch_size > 1: fixed 30-s windows, decoded independently, batch_size at a time.
+// A recording to transcribe in batched mode: its long-form log-mel, how much of it is audio, and
+// what its windows are decoded with.
+struct Recording {
+  std::span<const float> mel;  // [n_mels x total_frames]
+  int64_t total_frames = 0, content_frames = 0;
+  Prompt prompt;
+  Transcript* transcript = nullptr;
+};
+
+// Options::batch_size > 1: every recording cut into fixed 30-s windows, decoded independently,
+// batch_size windows at a time, the windows of one recording after another in one queue (so a
+// batch may hold the end of one file and the start of the next).
 void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
-                        std::span<const float> mel, int64_t total_frames, int64_t content_frames,
-                        const Options& options, const std::vector<int32_t>& initial_prompt,
-                        int32_t language, const LogitRules& rules, int max_tokens,
-                        Transcript& transcript) {
+                        std::span<Recording> recordings, const Options& options,
+                        const LogitRules& rules, int max_tokens) {
   const Config& config = model.config();
   const Vocabulary& vocabulary = model.vocabulary();
   const int n_mels = config.n_mels, window_frames = config.window_frames();
   const int input_stride = window_frames / config.max_source_positions;
-  const int32_t task =
-      options.task == Task::translate ? vocabulary.translate : vocabulary.transcribe;
-  const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, initial_prompt,
-                                    language, task, options.timestamps);
   const bool greedy = options.temperatures[0] == 0 && options.beam_size <= 1;
   std::mt19937_64 random(options.seed);
-  std::vector<int32_t> all_tokens;
 
-  for (int64_t first = 0; first < content_frames;) {
-    std::vector<int64_t> seeks;
-    std::vector<float> batch_mel;
-    for (int64_t seek = first; seek < content_frames && seeks.size() < size_t(options.batch_size);
-         seek += window_frames) {
-      const int64_t count = std::min<int64_t>(window_frames, content_frames - seek);
-      const std::vector<float> window =
-          window_at(mel, n_mels, total_frames, seek, count, window_frames);
-      batch_mel.insert(batch_mel.end(), window.begin(), window.end());
-      seeks.push_back(seek);
+  struct Window {
+    size_t recording;
+    int64_t seek, frames;
+  };
+  std::vector<Window> queue;
+  for (size_t r = 0; r < recordings.size(); ++r) {
+    for (int64_t seek = 0; seek < recordings[r].content_frames; seek += window_frames) {
+      queue.push_back(
+          {r, seek, std::min<int64_t>(window_frames, recordings[r].content_frames - seek)});
     }
-    const int count = static_cast<int>(seeks.size());
+  }
+  std::vector<std::vector<int32_t>> all_tokens(recordings.size());
+
+  for (size_t first = 0; first < queue.size(); first += options.batch_size) {
+    const std::span<const Window> batch =
+        std::span(queue).subspan(first, std::min<size_t>(options.batch_size, queue.size() - first));
+    const int count = static_cast<int>(batch.size());
+    std::vector<float> batch_mel;
+    std::vector<Prompt> prompts;
+    for (const Window& w : batch) {
+      const Recording& recording = recordings[w.recording];
+      const std::vector<float> window =
+          window_at(recording.mel, n_mels, recording.total_frames, w.seek, w.frames, window_frames);
+      batch_mel.insert(batch_mel.end(), window.begin(), window.end());
+      prompts.push_back(recording.prompt);
+    }
     const auto windows = model.encode_batch(batch_mel, count);
     std::vector<Decoded> decoded(count);
     if (greedy) {
-      const std::vector<Prompt> prompts(count, prompt);
       std::vector<WindowResult> results =
           decode_windows_greedy(model, windows, prompts, rules, max_tokens);
       for (int i = 0; i < count; ++i) {
         decoded[i] = judge(tokenizer, vocabulary, std::move(results[i]));
         if (options.fallback && needs_fallback(decoded[i], options)) {
-          decoded[i] = decode_with_fallback(model, tokenizer, windows[i], prompt, rules, options,
-                                            max_tokens, random, /*first_attempt=*/1);
+          decoded[i] = decode_with_fallback(model, tokenizer, windows[i], prompts[i], rules,
+                                            options, max_tokens, random, /*first_attempt=*/1);
         }
       }
     } else {
       for (int i = 0; i < count; ++i) {
-        decoded[i] = decode_with_fallback(model, tokenizer, windows[i], prompt, rules, options,
-                                          max_tokens, random, 0);
+        decoded[i] = decode_with_fallback(model, tokenizer, windows[i], prompts[i], rules, options,
+                                          max_tokens, random);
       }
     }
     for (int i = 0; i < count; ++i) {
-      const int64_t segment_frames = std::min<int64_t>(window_frames, content_frames - seeks[i]);
-      WindowReport report = report_of(prompt, decoded[i], seeks[i], segment_frames, options);
+      const Window& w = batch[i];
+      WindowReport report = report_of(prompts[i], decoded[i], w.seek, w.frames, options);
       if (!report.skipped) {
-        report.kept = add_segments(vocabulary, tokenizer, decoded[i], seeks[i], segment_frames,
-                                   input_stride, /*whole_window=*/true, transcript, all_tokens)
+        report.kept = add_segments(vocabulary, tokenizer, decoded[i], w.seek, w.frames,
+                                   input_stride, /*whole_window=*/true,
+                                   *recordings[w.recording].transcript, all_tokens[w.recording])
                           .kept;
       }
       if (options.on_window) options.on_window(report);
     }
-    first = seeks.back() + window_frames;
     if (options.on_progress) {
-      options.on_progress(static_cast<double>(std::min(first, content_frames)) /
-                          static_cast<double>(content_frames));
+      options.on_progress(static_cast<double>(first + count) / static_cast<double>(queue.size()));
     }
   }
 }
 
 }  // namespace
 
-Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenizer,
-                          std::span<const float> mel, int64_t content_frames,
-                          const Options& options) {
-  validate(options);
+namespace {
+
+// The frames of a long-form log-mel, checked against the model and the audio it holds.
+int64_t checked_frames(const Model& model, std::span<const float> mel, int64_t content_frames) {
   const Config& config = model.config();
-  const Vocabulary& vocabulary = model.vocabulary();
   const int n_mels = config.n_mels;
-  const int window_frames = config.window_frames();
-  if (n_mels <= 0 || window_frames <= 0 || config.max_source_positions <= 0) {
-    fail("Whisper transcribe: invalid model config (", n_mels, " mels, ", window_frames,
+  if (n_mels <= 0 || config.window_frames() <= 0 || config.max_source_positions <= 0) {
+    fail("Whisper transcribe: invalid model config (", n_mels, " mels, ", config.window_frames(),
          " frames per window)");
   }
   if (mel.size() % n_mels != 0) {
@@ -361,36 +375,91 @@ Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenize
     fail("Whisper transcribe: ", content_frames, " frames of audio in a log-mel of ", total_frames,
          " frames");
   }
+  return total_frames;
+}
+
+// The language of a recording: given, or detected on its first window.
+LanguageChoice language_of(const Model& model, const Options& options, std::span<const float> mel,
+                           int64_t total_frames) {
+  const Config& config = model.config();
+  return choose_language(model, options, [&] {
+    const int64_t count = std::min<int64_t>(total_frames, config.window_frames());
+    return model.encode(
+        window_at(mel, config.n_mels, total_frames, 0, count, config.window_frames()));
+  });
+}
+
+// openai encodes " " + the stripped initial prompt.
+std::vector<int32_t> initial_prompt_tokens(const text::BpeTokenizer& tokenizer,
+                                           const Options& options) {
+  if (options.initial_prompt.empty()) return {};
+  std::string text = " ";
+  text += strip(options.initial_prompt);
+  return tokenizer.encode(text);
+}
+
+int max_tokens_of(const Model& model, const Options& options) {
+  return options.max_tokens > 0 ? options.max_tokens : model.config().max_target_positions / 2;
+}
+
+// Batched mode over recordings given as (long-form log-mel, frames of audio) pairs.
+std::vector<Transcript> transcribe_mels_batched(
+    const Model& model, const text::BpeTokenizer& tokenizer,
+    std::span<const std::pair<std::span<const float>, int64_t>> mels, const Options& options) {
+  const Config& config = model.config();
+  const Vocabulary& vocabulary = model.vocabulary();
+  const std::vector<int32_t> initial_prompt = initial_prompt_tokens(tokenizer, options);
+  const int32_t task =
+      options.task == Task::translate ? vocabulary.translate : vocabulary.transcribe;
+  std::vector<Transcript> transcripts(mels.size());
+  std::vector<Recording> recordings;
+  for (size_t i = 0; i < mels.size(); ++i) {
+    const auto [mel, content_frames] = mels[i];
+    const int64_t total_frames = checked_frames(model, mel, content_frames);
+    const LanguageChoice language = language_of(model, options, mel, total_frames);
+    transcripts[i].language = language.code;
+    transcripts[i].duration = static_cast<double>(content_frames) * kHopLength / kSampleRate;
+    recordings.push_back({mel, total_frames, content_frames,
+                          make_prompt(vocabulary, config.max_target_positions, initial_prompt,
+                                      language.token, task, options.timestamps),
+                          &transcripts[i]});
+  }
+  const LogitRules rules(vocabulary, config.vocab_size, options.timestamps);
+  transcribe_batched(model, tokenizer, recordings, options, rules, max_tokens_of(model, options));
+  return transcripts;
+}
+
+}  // namespace
+
+Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenizer,
+                          std::span<const float> mel, int64_t content_frames,
+                          const Options& options) {
+  validate(options);
+  if (options.batch_size > 1) {
+    const std::pair<std::span<const float>, int64_t> one[] = {{mel, content_frames}};
+    return std::move(transcribe_mels_batched(model, tokenizer, one, options)[0]);
+  }
+  const Config& config = model.config();
+  const Vocabulary& vocabulary = model.vocabulary();
+  const int n_mels = config.n_mels;
+  const int window_frames = config.window_frames();
+  const int64_t total_frames = checked_frames(model, mel, content_frames);
   const int input_stride = window_frames / config.max_source_positions;
 
   Transcript transcript;
   transcript.duration = static_cast<double>(content_frames) * kHopLength / kSampleRate;
-  const LanguageChoice language = choose_language(model, options, [&] {
-    const int64_t count = std::min<int64_t>(total_frames, window_frames);
-    return model.encode(window_at(mel, n_mels, total_frames, 0, count, window_frames));
-  });
+  const LanguageChoice language = language_of(model, options, mel, total_frames);
   transcript.language = language.code;
   const int32_t task =
       options.task == Task::translate ? vocabulary.translate : vocabulary.transcribe;
 
   const LogitRules rules(vocabulary, config.vocab_size, options.timestamps);
-  const int max_tokens =
-      options.max_tokens > 0 ? options.max_tokens : config.max_target_positions / 2;
+  const int max_tokens = max_tokens_of(model, options);
   std::mt19937_64 random(options.seed);
 
   // The initial prompt's tokens, then every kept segment's; a window's prompt is all_tokens from
   // prompt_reset_since on (or, carrying the initial prompt, that prompt and the newest of them).
-  std::vector<int32_t> initial_prompt;
-  if (!options.initial_prompt.empty()) {
-    std::string text = " ";  // openai encodes " " + the stripped prompt
-    text += strip(options.initial_prompt);
-    initial_prompt = tokenizer.encode(text);
-  }
-  if (options.batch_size > 1) {
-    transcribe_batched(model, tokenizer, mel, total_frames, content_frames, options, initial_prompt,
-                       language.token, rules, max_tokens, transcript);
-    return transcript;
-  }
+  const std::vector<int32_t> initial_prompt = initial_prompt_tokens(tokenizer, options);
   std::vector<int32_t> all_tokens = initial_prompt;
   size_t prompt_reset_since = 0;
   const size_t carried_text = static_cast<size_t>(
@@ -439,19 +508,56 @@ Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenize
   return transcript;
 }
 
+namespace {
+
+// openai's long-form log-mel of a recording: the samples followed by 30 s of zeros, of which
+// the first `content_frames` frames are audio.
+struct LongMel {
+  std::vector<float> mel;
+  int64_t content_frames = 0;
+};
+
+LongMel long_mel(const Model& model, std::span<const float> samples) {
+  if (samples.empty()) fail("Whisper transcribe: the audio is empty (0 samples)");
+  const features::MelSpectrogram spectrogram(features::whisper_mel_config(model.config().n_mels));
+  LongMel result;
+  result.mel = features::whisper_long_log_mel(spectrogram, samples);
+  const int64_t total_frames = static_cast<int64_t>(result.mel.size()) / model.config().n_mels;
+  result.content_frames = std::max<int64_t>(total_frames - features::kWhisperWindowFrames, 0);
+  return result;
+}
+
+}  // namespace
+
 Transcript transcribe(const Model& model, const text::BpeTokenizer& tokenizer,
                       std::span<const float> samples, const Options& options) {
-  if (samples.empty()) fail("Whisper transcribe: the audio is empty (0 samples)");
   validate(options);
-  const features::MelSpectrogram spectrogram(features::whisper_mel_config(model.config().n_mels));
-  const std::vector<float> mel = features::whisper_long_log_mel(spectrogram, samples);
-  // The spectrogram covers the samples and the 30 s of zeros after them.
-  const int64_t total_frames = static_cast<int64_t>(mel.size()) / model.config().n_mels;
-  const int64_t content_frames =
-      std::max<int64_t>(total_frames - features::kWhisperWindowFrames, 0);
-  Transcript transcript = transcribe_mel(model, tokenizer, mel, content_frames, options);
+  const LongMel mel = long_mel(model, samples);
+  Transcript transcript = transcribe_mel(model, tokenizer, mel.mel, mel.content_frames, options);
   transcript.duration = static_cast<double>(samples.size()) / kSampleRate;
   return transcript;
+}
+
+std::vector<Transcript> transcribe_many(const Model& model, const text::BpeTokenizer& tokenizer,
+                                        std::span<const std::span<const float>> recordings,
+                                        const Options& options) {
+  validate(options);
+  std::vector<Transcript> transcripts;
+  if (options.batch_size <= 1) {
+    for (std::span<const float> samples : recordings) {
+      transcripts.push_back(transcribe(model, tokenizer, samples, options));
+    }
+    return transcripts;
+  }
+  std::vector<LongMel> mels;
+  std::vector<std::pair<std::span<const float>, int64_t>> views;
+  for (std::span<const float> samples : recordings) mels.push_back(long_mel(model, samples));
+  for (const LongMel& mel : mels) views.emplace_back(mel.mel, mel.content_frames);
+  transcripts = transcribe_mels_batched(model, tokenizer, views, options);
+  for (size_t i = 0; i < recordings.size(); ++i) {
+    transcripts[i].duration = static_cast<double>(recordings[i].size()) / kSampleRate;
+  }
+  return transcripts;
 }
 
 }  // namespace hark::whisper

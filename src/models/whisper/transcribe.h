@@ -62,8 +62,9 @@ struct Options {
   // > 1: faster-whisper's batched mode. The audio is cut into consecutive 30-s windows that are
   // decoded independently (no earlier text in the prompt; the initial prompt leads each), up to
   // batch_size of them at once: encoded as one batch and, greedy, decoded as one batch on the
-  // GPU. Windows that need fallback are decoded again one by one. 1: openai's sequential loop,
-  // where each window starts at the previous one's last timestamp.
+  // GPU. Windows that need fallback are decoded again one by one. Text after a window's last
+  // timestamp pair ends that window as a segment of its own. 1: openai's sequential loop, where
+  // each window starts at the previous one's last timestamp.
   int batch_size = 1;
   // Called after each window with the fraction of the audio done (for progress bars).
   std::function<void(double)> on_progress;
@@ -75,6 +76,13 @@ struct Options {
 // zeros), then transcribe_mel. Throws hark::Error on empty audio or invalid options.
 Transcript transcribe(const Model& model, const text::BpeTokenizer& tokenizer,
                       std::span<const float> samples, const Options& options);
+
+// Several recordings (16-kHz mono samples each). With options.batch_size > 1 their windows are
+// decoded in one queue, so a batch may hold windows of several recordings; otherwise each is
+// transcribe()d in turn. Throws hark::Error as transcribe() does (nothing is returned then).
+std::vector<Transcript> transcribe_many(const Model& model, const text::BpeTokenizer& tokenizer,
+                                        std::span<const std::span<const float>> recordings,
+                                        const Options& options);
 
 // The decoding loop of openai's transcribe.py over a log-mel spectrogram computed beforehand:
 // `mel` is [n_mels x frames] row-major, of which the first `content_frames` are audio. Each
