@@ -29,7 +29,7 @@ std::string gib(size_t bytes) {
 
 void check(cudaError_t status, const char* what) {
   if (status == cudaSuccess) return;
-  cudaGetLastError();  // clear the sticky-free error state so that later calls can go on
+  cudaGetLastError();  // reset the last-error state, so that later calls do not report it again
   fail("CUDA: ", what, ": ", cudaGetErrorString(status));
 }
 
@@ -129,6 +129,13 @@ bool available() {
 std::string describe() {
   int count = 0;
   const cudaError_t status = cudaGetDeviceCount(&count);
+  if (status == cudaErrorInsufficientDriver) {
+    cudaGetLastError();
+    // Also what a machine without any NVIDIA driver reports.
+    return "no usable GPU: no NVIDIA driver, or one older than the CUDA " +
+           std::to_string(CUDART_VERSION / 1000) + "." +
+           std::to_string(CUDART_VERSION % 1000 / 10) + " runtime hark was built with";
+  }
   if (status != cudaSuccess) {
     cudaGetLastError();
     return std::string("no usable GPU (") + cudaGetErrorString(status) + ")";

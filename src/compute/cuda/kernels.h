@@ -137,4 +137,36 @@ struct GreedyState {
 void greedy_step(const GreedyRules& rules, float* logits, int batch, GreedyState state,
                  int32_t* next_tokens, cudaStream_t stream);
 
+// ---- kernels_decode.cu ------------------------------------------------------------------------
+
+// A decode step's linear layer in one launch, its neighbours fused. For b < batch, n < n_out:
+//   h[b, :] = norm ? layer_norm(x[b, :]) : x[b, :]   (norm's gamma, beta, eps; F32 statistics)
+//   t = Σ_k h[b, k] · W[n, k] + (bias ? bias[n] : 0)
+//   t = gelu ? gelu_erf(t) : t
+//   t += residual ? residual[b, n] : 0               (residual [batch, n_out], may alias y)
+// stored to y[b, n] (row stride n_out). With a K/V scatter (n_out = 3 · width, no residual) only
+// columns [0, width) go to y (row stride width); columns [width, 2 · width) go to
+// k_cache + b · cache_batch_stride + positions[b] · width + (n − width), columns
+// [2 · width, 3 · width) to v_cache likewise. W is [n_out, k_in]; x, W, bias, residual, y, the
+// norm's vectors and the caches are of element type e. 16-bit types multiply on tensor cores
+// with h rounded to e (what layer_norm would have stored); F32 multiplies in F32 (no TF32).
+// Meant for batch ≤ 16, which reads W once; larger batches take a launch per 16 rows.
+// Requires k_in a multiple of 8 and x, W, gamma, beta 16-byte aligned (throws hark::Error
+// otherwise); x must not overlap y or the caches. Null norm, bias, residual, scatter: absent.
+struct DecodeNorm {
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  float eps = 1e-5f;
+};
+struct KvScatter {
+  void* k_cache = nullptr;
+  void* v_cache = nullptr;
+  int64_t cache_batch_stride = 0;      // elements from one sequence's cache to the next
+  const int32_t* positions = nullptr;  // device, [batch]: the cache row each sequence writes
+  int64_t width = 0;
+};
+void decode_linear(Element e, const void* x, int batch, int64_t k_in, const DecodeNorm* norm,
+                   const void* w, int64_t n_out, const void* bias, bool gelu, const void* residual,
+                   void* y, const KvScatter* scatter, cudaStream_t stream);
+
 }  // namespace hark::compute::cuda

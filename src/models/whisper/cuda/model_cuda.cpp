@@ -58,6 +58,22 @@ double log_sum_exp(const float* scores, int64_t n) {
 
 class CudaWhisper;
 
+// The model's config, once a usable GPU is known to be there (the first thing a CudaWhisper
+// does, before its members create streams), and checked against what the kernels support.
+Config config_for_gpu(const gguf::File& file) {
+  gpu::require_device();
+  Config config = read_config(file);
+  for (const auto& [what, heads] :
+       {std::pair{"encoder", config.encoder_heads}, std::pair{"decoder", config.decoder_heads}}) {
+    const int head_dim = heads > 0 ? config.d_model / heads : 0;
+    if (head_dim <= 0 || head_dim % 8 != 0 || head_dim > 128) {
+      fail("whisper on CUDA: the ", what, "'s head size ", head_dim,
+           " is not a multiple of 8 up to 128 (d_model ", config.d_model, ", ", heads, " heads)");
+    }
+  }
+  return config;
+}
+
 // Windows encoded together share their device buffers.
 struct EncodedBatch {
   EncodedBuffers buffers;
@@ -93,8 +109,7 @@ struct StepInputs {
 class CudaWhisper final : public Model {
  public:
   explicit CudaWhisper(std::shared_ptr<const gguf::File> file)
-      : config_(read_config(*file)), vocabulary_(read_vocabulary(*file, config_)) {
-    gpu::require_device();
+      : config_(config_for_gpu(*file)), vocabulary_(read_vocabulary(*file, config_)) {
     const whisper::Weights host = bind_weights(*file, config_);
     weights_ =
         cuda::upload_weights(config_, host,

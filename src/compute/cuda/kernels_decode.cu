@@ -1,0 +1,611 @@
+// decode_linear (kernels.h): a decode step's linear layer in one launch, with the layer norm
+// before it and the bias, GELU, residual and K/V cache scatter after it.
+//
+// A decode step multiplies 1 to 16 rows, so the product is bound by reading W, once; the kernel
+// is arranged around streaming W at full bandwidth:
+//  - Each block stages its rows of x in shared memory once, normalised when asked (every block
+//    recomputes the statistics: x is at most 16 rows). They are staged in the element type: 16
+//    rows of 5120 (Whisper large's fc2) take 160 KB that way, where F32 would not fit, and 16-bit
+//    rounding of the normalised rows is what the unfused path (layer_norm, then a product) does.
+//  - A warp owns a tile of kTileRows output rows, its lanes 8 rows × 4, each lane loading 16
+//    bytes of its row per chunk: a warp's load covers 64 contiguous bytes of 8 rows. A warp issues
+//    the loads of kUnroll chunks before using any; the first group is issued before x is staged,
+//    so that the staging hides behind the weights' latency.
+//  - F16 and BF16 multiply on tensor cores: a chunk is two mma.m16n8k16, x as A (16 batch rows,
+//    zeros past the batch) and W as B (the tile's 8 rows), accumulating in F32. A dot product does
+//    not care in which order k runs, so a lane's 8 consecutive values of W and of x stand for the
+//    k positions its fragments hold (mma_16816 says which): loads need no shuffling.
+//  - F32 multiplies on the CUDA cores (tensor cores would round x and W to TF32), one F32 sum per
+//    batch row a lane, added over the row's 4 lanes at the end.
+//  - Small matrices have too few tiles to keep the GPU busy: `split` warps of a block share a
+//    tile, each taking every split-th chunk, and add up their sums through shared memory.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "base/error.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/element.cuh"
+#include "compute/cuda/kernels.h"
+
+namespace hark::compute::cuda {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTileRows = 8;                  // output rows a warp owns: the mma's n
+constexpr int kLanesPerRow = 32 / kTileRows;  // 4
+constexpr int kUnroll = 8;                    // chunks whose loads a warp has in flight together
+constexpr int kMaxRows = 16;                  // batch rows a launch multiplies: the mma's m
+
+// Values in one 16-byte load, and the k a chunk covers (a row's 4 lanes, one load each).
+template <class T>
+constexpr int kPack = static_cast<int>(16 / sizeof(T));
+template <class T>
+constexpr int kChunk = kLanesPerRow* kPack<T>;
+
+// Dynamic shared memory: each warp's partial sums (32 lanes × 4 for tensor cores, 8 rows × 16
+// batch rows for F32), the norm's per-row mean and scale, then the staged rows of x.
+constexpr int kPartialFloats = 128;
+constexpr int kStatsOffset = kWarps * kPartialFloats * static_cast<int>(sizeof(float));
+constexpr int kStageOffset = kStatsOffset + 2 * kMaxRows * static_cast<int>(sizeof(float));
+static_assert(kStageOffset % 16 == 0, "staged rows are read in 16-byte loads");
+
+// Everything a launch needs, for rows of x [batch ≤ kMaxRows] (the launcher offsets the
+// pointers of later launches).
+template <class T>
+struct Params {
+  const T* x = nullptr;
+  int batch = 0;
+  int staged_rows = 0;  // batch, or the F32 kernel's bucket (rows past batch staged as zeros)
+  int64_t k_in = 0;
+  int64_t k_pad = 0;         // k_in rounded up to whole chunks; staged rows are zero past k_in
+  int64_t stride = 0;        // values from one staged row to the next
+  const T* gamma = nullptr;  // null: no norm
+  const T* beta = nullptr;
+  float eps = 0.0f;
+  const T* w = nullptr;
+  int64_t n_out = 0;
+  const T* bias = nullptr;
+  bool gelu = false;
+  const T* residual = nullptr;
+  T* y = nullptr;
+  int64_t width = 0;  // 0: no scatter
+  T* k_cache = nullptr;
+  T* v_cache = nullptr;
+  int64_t cache_batch_stride = 0;
+  const int32_t* positions = nullptr;
+  int split = 1;  // warps per tile: 1, 2, 4 or 8
+};
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// ---- Device helpers ---------------------------------------------------------------------------
+
+constexpr unsigned kFullWarp = 0xffffffffu;
+
+__device__ __forceinline__ float warp_sum(float value) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) {
+    value += __shfl_xor_sync(kFullWarp, value, offset);
+  }
+  return value;
+}
+
+template <class T>
+__device__ __forceinline__ void unpack(const uint4& raw, float (&out)[kPack<T>]) {
+  T values[kPack<T>];
+  memcpy(values, &raw, sizeof raw);
+#pragma unroll
+  for (int i = 0; i < kPack<T>; ++i) out[i] = to_float(values[i]);
+}
+
+template <class T>
+__device__ __forceinline__ uint4 pack(const float (&in)[kPack<T>]) {
+  T values[kPack<T>];
+#pragma unroll
+  for (int i = 0; i < kPack<T>; ++i) values[i] = from_float<T>(in[i]);
+  uint4 raw;
+  memcpy(&raw, values, sizeof raw);
+  return raw;
+}
+
+template <class T>
+__device__ __forceinline__ uint4 load16(const T* source) {
+  return *reinterpret_cast<const uint4*>(source);
+}
+
+// A barrier for `threads` threads (whole warps) on barrier `id` (1…15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// With programmatic dependent launch, waits for the kernels this one depends on (their writes
+// become visible); launched the ordinary way, it returns at once. Everything before it reads
+// only weights, which no kernel of a step writes.
+__device__ __forceinline__ void wait_for_prerequisite_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ float gelu_erf(float value) {
+  return 0.5f * value * (1.0f + erff(value * 0.70710678118654752f));
+}
+
+// c += A · B for A 16 × 16 (row-major fragment a0…a3), B 16 × 8 (column-major b0, b1), each
+// register two 16-bit values, the lower k in the low half. Lane l = 4g + t holds A's rows g
+// (a0, a2) and g + 8 (a1, a3) and B's column g, at k 2t, 2t + 1 (a0, a1, b0) and 2t + 8, 2t + 9
+// (a2, a3, b1); c0, c1 are row g, columns 2t, 2t + 1, and c2, c3 row g + 8. Only the pairing of
+// A's and B's k matters to the sum, so a lane may fill "k 2t, 2t + 1" and "k 2t + 8, 2t + 9"
+// with any four values of x and the same four of W.
+template <class T>
+__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
+                                          unsigned a3, unsigned b0, unsigned b1) {
+  if constexpr (std::is_same_v<T, half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    static_assert(std::is_same_v<T, bf16>, "tensor cores take F16 or BF16");
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// ---- Staging x --------------------------------------------------------------------------------
+
+// Copies the launch's rows of x to shared memory (zeros past k_in, and in rows batch…staged_rows),
+// then, with a norm, normalises them in place: statistics in F32 over the row, one warp a row,
+// and h = (x − mean) · scale · gamma + beta as layer_norm computes it, rounded to T. Ends with
+// the block synchronised.
+template <class T>
+__device__ void stage_rows(const Params<T>& p, T* xs, float* means, float* scales) {
+  constexpr int kP = kPack<T>;
+  const int packs = static_cast<int>(p.k_pad / kP), in_packs = static_cast<int>(p.k_in / kP);
+  for (int i = threadIdx.x; i < p.staged_rows * packs; i += kThreads) {
+    const int b = i / packs, q = i - b * packs;
+    uint4 raw = make_uint4(0, 0, 0, 0);
+    if (b < p.batch && q < in_packs) raw = load16(p.x + b * p.k_in + q * kP);
+    *reinterpret_cast<uint4*>(xs + b * p.stride + q * kP) = raw;
+  }
+  __syncthreads();
+  if (p.gamma == nullptr) return;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int b = warp; b < p.batch; b += kWarps) {
+    const T* row = xs + b * p.stride;
+    float sum = 0.0f;
+    for (int q = lane; q < in_packs; q += 32) {
+      float values[kP];
+      unpack<T>(load16(row + q * kP), values);
+#pragma unroll
+      for (int i = 0; i < kP; ++i) sum += values[i];
+    }
+    const float mean = warp_sum(sum) / static_cast<float>(p.k_in);
+    float squares = 0.0f;
+    for (int q = lane; q < in_packs; q += 32) {
+      float values[kP];
+      unpack<T>(load16(row + q * kP), values);
+#pragma unroll
+      for (int i = 0; i < kP; ++i) {
+        const float centred = values[i] - mean;
+        squares = fmaf(centred, centred, squares);
+      }
+    }
+    const float variance = warp_sum(squares) / static_cast<float>(p.k_in);
+    if (lane == 0) {
+      means[b] = mean;
+      scales[b] = 1.0f / sqrtf(variance + p.eps);
+    }
+  }
+  __syncthreads();
+
+  for (int i = threadIdx.x; i < p.batch * in_packs; i += kThreads) {
+    const int b = i / in_packs, q = i - b * in_packs;
+    T* at = xs + b * p.stride + q * kP;
+    float values[kP], gammas[kP], betas[kP];
+    unpack<T>(load16(at), values);
+    unpack<T>(load16(p.gamma + q * kP), gammas);
+    unpack<T>(load16(p.beta + q * kP), betas);
+    const float mean = means[b], scale = scales[b];
+#pragma unroll
+    for (int j = 0; j < kP; ++j) values[j] = (values[j] - mean) * scale * gammas[j] + betas[j];
+    *reinterpret_cast<uint4*>(at) = pack<T>(values);
+  }
+  __syncthreads();
+}
+
+// ---- Epilogue ---------------------------------------------------------------------------------
+
+// Output (b, n) from its sum over k: bias, GELU, residual, then y or a cache row.
+template <class T>
+__device__ __forceinline__ void store_output(const Params<T>& p, int b, int64_t n, float value) {
+  if (b >= p.batch || n >= p.n_out) return;
+  if (p.bias != nullptr) value += to_float(p.bias[n]);
+  if (p.gelu) value = gelu_erf(value);
+  if (p.width == 0) {
+    const int64_t at = b * p.n_out + n;
+    if (p.residual != nullptr) value += to_float(p.residual[at]);  // read before y[at] is written
+    p.y[at] = from_float<T>(value);
+    return;
+  }
+  const int64_t part = n / p.width, column = n - part * p.width;
+  if (part == 0) {
+    p.y[b * p.width + column] = from_float<T>(value);
+    return;
+  }
+  T* cache = part == 1 ? p.k_cache : p.v_cache;
+  const int64_t row = p.positions[b];
+  cache[b * p.cache_batch_stride + row * p.width + column] = from_float<T>(value);
+}
+
+// ---- The kernel -------------------------------------------------------------------------------
+
+// kBatch: for F16/BF16, 8 (batch ≤ 8: the mma's rows 8…15 are all zero) or 16; for F32, the
+// bucket (1, 2, 4, 8, 16) of F32 sums a lane keeps, one per batch row. One block: kWarps / split
+// tiles of kTileRows output rows, each tile shared by `split` warps.
+template <class T, int kBatch>
+__global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params<T> p) {
+  constexpr bool kTensorCores = !std::is_same_v<T, float>;
+  constexpr int kP = kPack<T>, kK = kChunk<T>;
+  extern __shared__ __align__(16) unsigned char shared[];
+  float* partials = reinterpret_cast<float*>(shared);
+  float* means = reinterpret_cast<float*>(shared + kStatsOffset);
+  float* scales = means + kMaxRows;
+  T* xs = reinterpret_cast<T*>(shared + kStageOffset);
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / kLanesPerRow, t = lane % kLanesPerRow;
+  const int split = p.split, slots = kWarps / split;
+  const int slot = warp / split, part = warp % split;
+  const int64_t tile = static_cast<int64_t>(blockIdx.x) * slots + slot;
+  const int64_t row = tile * kTileRows + g;  // the W row this lane loads
+  const bool row_loads = row < p.n_out;
+  const T* w_row = p.w + (row_loads ? row : 0) * p.k_in;
+  const int64_t n_chunks = p.k_pad / kK;
+  // The same number of groups for every warp of a tile (the last ones partly empty), so that
+  // they all reach the barrier that adds up their sums.
+  const int64_t groups = ceil_div(ceil_div(n_chunks, split), kUnroll);
+  auto chunk_of = [&](int64_t group, int u) { return part + split * (group * kUnroll + u); };
+
+  uint4 w[kUnroll];
+  auto load_group = [&](int64_t group) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t k = chunk_of(group, u) * kK + t * kP;
+      // Streaming loads (evict first): W is read once a step and would only push x and the
+      // caches out of L2.
+      w[u] = row_loads && k < p.k_in ? __ldcs(reinterpret_cast<const uint4*>(w_row + k))
+                                     : make_uint4(0, 0, 0, 0);
+    }
+  };
+  load_group(0);
+  wait_for_prerequisite_kernels();
+  stage_rows(p, xs, means, scales);
+  if (tile * kTileRows >= p.n_out) return;  // the whole slot: no barrier below waits for it
+
+  float* mine = partials + warp * kPartialFloats;
+  if constexpr (kTensorCores) {
+    // Lane (g, t) multiplies batch rows g and g + 8 at its chunk's values t · 8 … t · 8 + 7:
+    // values 0–3 are the first mma's k {2t, 2t + 1, 2t + 8, 2t + 9}, 4–7 the second's.
+    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const T* x_low = xs + g * p.stride + t * kP;
+    const T* x_high = x_low + 8 * p.stride;
+    const bool low = g<p.batch, high = kBatch> 8 && g + 8 < p.batch;
+    for (int64_t group = 0; group < groups; ++group) {
+      if (group > 0) load_group(group);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = chunk_of(group, u);
+        if (c >= n_chunks) break;  // the same for the whole warp
+        const int64_t k = c * kK;
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        const uint4 lo = low ? load16(x_low + k) : zero;
+        const uint4 hi = high ? load16(x_high + k) : zero;
+        mma_16816<T>(sums, lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
+        mma_16816<T>(sums, lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
+      }
+    }
+    if (split > 1) {
+      if (part != 0) {
+        *reinterpret_cast<float4*>(mine + lane * 4) =
+            make_float4(sums[0], sums[1], sums[2], sums[3]);
+      }
+      named_barrier(1 + slot, split * 32);
+      if (part != 0) return;
+      for (int other = 1; other < split; ++other) {
+        const float4 theirs =
+            *reinterpret_cast<const float4*>(mine + other * kPartialFloats + lane * 4);
+        sums[0] += theirs.x;
+        sums[1] += theirs.y;
+        sums[2] += theirs.z;
+        sums[3] += theirs.w;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      store_output(p, g + (i / 2) * 8, tile * kTileRows + 2 * t + i % 2, sums[i]);
+    }
+  } else {
+    // Lane (g, t) adds up row g's products with every batch row at its chunk's values
+    // t · 4 … t · 4 + 3; the row's 4 lanes add up at the end.
+    float sums[kBatch];
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) sums[b] = 0.0f;
+    const T* x_lane = xs + t * kP;
+    for (int64_t group = 0; group < groups; ++group) {
+      if (group > 0) load_group(group);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int64_t c = chunk_of(group, u);
+        if (c >= n_chunks) break;  // the same for the whole warp
+        const int64_t k = c * kK;
+        const float4 weights = make_float4(__uint_as_float(w[u].x), __uint_as_float(w[u].y),
+                                           __uint_as_float(w[u].z), __uint_as_float(w[u].w));
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+          const float4 values = *reinterpret_cast<const float4*>(x_lane + b * p.stride + k);
+          float sum = sums[b];
+          sum = fmaf(weights.x, values.x, sum);
+          sum = fmaf(weights.y, values.y, sum);
+          sum = fmaf(weights.z, values.z, sum);
+          sum = fmaf(weights.w, values.w, sum);
+          sums[b] = sum;
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      sums[b] += __shfl_xor_sync(kFullWarp, sums[b], 1);
+      sums[b] += __shfl_xor_sync(kFullWarp, sums[b], 2);
+    }
+    if (split > 1) {
+      if (part != 0 && t == 0) {
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) mine[g * kMaxRows + b] = sums[b];
+      }
+      named_barrier(1 + slot, split * 32);
+      if (part != 0) return;
+      for (int other = 1; other < split; ++other) {
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) sums[b] += mine[other * kPartialFloats + g * kMaxRows + b];
+      }
+    }
+    // Each of the row's 4 lanes stores every 4th batch row.
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      if (b % kLanesPerRow == t) store_output(p, b, row, sums[b]);
+    }
+  }
+}
+
+// ---- Launch -----------------------------------------------------------------------------------
+
+// Calls f with a value of the storage type that `e` names; f's parameter type picks the kernel.
+template <class F>
+void with_type(Element e, F&& f) {
+  switch (e) {
+    case Element::f32:
+      f(float{});
+      return;
+    case Element::f16:
+      f(half{});
+      return;
+    case Element::bf16:
+      f(bf16{});
+      return;
+  }
+  fail("decode_linear: unknown element type ", static_cast<int>(e));
+}
+
+bool aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
+struct DeviceLimits {
+  int multiprocessors = 0;
+  int64_t shared_per_block = 0;  // opt-in maximum
+  int64_t shared_per_multiprocessor = 0;
+  int64_t reserved_shared_per_block = 0;
+};
+
+// Read once; hark runs on one device.
+const DeviceLimits& device_limits() {
+  static const DeviceLimits limits = [] {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    auto attribute = [&](cudaDeviceAttr which, const char* what) {
+      int value = 0;
+      check(cudaDeviceGetAttribute(&value, which, device), what);
+      return value;
+    };
+    DeviceLimits l;
+    l.multiprocessors = attribute(cudaDevAttrMultiProcessorCount, "multiprocessor count");
+    l.shared_per_block =
+        attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "shared memory per block");
+    l.shared_per_multiprocessor =
+        attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, "shared memory per multiprocessor");
+    l.reserved_shared_per_block =
+        attribute(cudaDevAttrReservedSharedMemoryPerBlock, "reserved shared memory per block");
+    return l;
+  }();
+  return limits;
+}
+
+// Once per kernel: lets it use the opt-in maximum of shared memory, and says how many of its
+// blocks registers and threads allow per multiprocessor.
+template <class T, int kBatch>
+int blocks_by_registers() {
+  static const int blocks = [] {
+    const auto kernel = decode_linear_kernel<T, kBatch>;
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(device_limits().shared_per_block)),
+          "decode_linear shared memory limit");
+    int per_multiprocessor = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, 0),
+          "decode_linear occupancy");
+    return std::max(per_multiprocessor, 1);
+  }();
+  return blocks;
+}
+
+// Splits tiles among warps until the tiles occupy every warp the GPU holds at once (or a
+// tile's warps would get fewer than two chunks each), then launches a block per kWarps / split
+// tiles.
+template <class T, int kBatch>
+void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
+  const DeviceLimits& limits = device_limits();
+  const int64_t by_shared =
+      limits.shared_per_multiprocessor / (shared_bytes + limits.reserved_shared_per_block);
+  const int64_t per_multiprocessor =
+      std::max<int64_t>(1, std::min<int64_t>(blocks_by_registers<T, kBatch>(), by_shared));
+  const int64_t resident_warps = limits.multiprocessors * per_multiprocessor * kWarps;
+  const int64_t n_tiles = ceil_div(p.n_out, kTileRows);
+  const int64_t n_chunks = p.k_pad / kChunk<T>;
+  p.split = 1;
+  while (p.split < kWarps && p.split * 2 <= n_chunks && n_tiles * p.split < resident_warps) {
+    p.split *= 2;
+  }
+  const int64_t blocks = ceil_div(n_tiles, kWarps / p.split);
+  if (blocks > INT32_MAX) fail("decode_linear: ", p.n_out, " output rows are too many");
+  decode_linear_kernel<T, kBatch>
+      <<<static_cast<unsigned>(blocks), kThreads, static_cast<size_t>(shared_bytes), stream>>>(p);
+  check_launch("decode_linear");
+}
+
+template <class T>
+void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w, int64_t n_out,
+         const T* bias, bool gelu, const T* residual, T* y, const KvScatter* scatter,
+         cudaStream_t stream) {
+  constexpr bool kTensorCores = !std::is_same_v<T, float>;
+  const int64_t n_chunks = ceil_div(k_in, kChunk<T>);
+  const int64_t k_pad = n_chunks * kChunk<T>;
+  // 16-bit rows start 64 bytes apart modulo 128, so that the 8 lanes of a quarter warp, which
+  // read 64 bytes of two consecutive rows, hit every bank once.
+  int64_t row_bytes = k_pad * static_cast<int64_t>(sizeof(T));
+  if (kTensorCores && row_bytes % 128 == 0) row_bytes += 64;
+  int64_t max_rows =
+      std::min<int64_t>(kMaxRows, (device_limits().shared_per_block - kStageOffset) / row_bytes);
+  if (max_rows < 1) fail("decode_linear: k_in ", k_in, " is too long to stage a row");
+  // The F32 kernel stages whole buckets, so launches take a power of two rows at most.
+  if (!kTensorCores) {
+    int64_t bucket = 1;
+    while (bucket * 2 <= max_rows) bucket *= 2;
+    max_rows = bucket;
+  }
+
+  const int64_t y_stride = scatter != nullptr ? scatter->width : n_out;
+  for (int first = 0; first < batch; first += static_cast<int>(max_rows)) {
+    const int count = static_cast<int>(std::min<int64_t>(max_rows, batch - first));
+    Params<T> p;
+    p.x = x + first * k_in;
+    p.batch = count;
+    p.k_in = k_in;
+    p.k_pad = k_pad;
+    p.stride = row_bytes / static_cast<int64_t>(sizeof(T));
+    if (norm != nullptr) {
+      p.gamma = static_cast<const T*>(norm->gamma);
+      p.beta = static_cast<const T*>(norm->beta);
+      p.eps = norm->eps;
+    }
+    p.w = w;
+    p.n_out = n_out;
+    p.bias = bias;
+    p.gelu = gelu;
+    p.residual = residual != nullptr ? residual + first * n_out : nullptr;
+    p.y = y + first * y_stride;
+    if (scatter != nullptr) {
+      p.width = scatter->width;
+      p.cache_batch_stride = scatter->cache_batch_stride;
+      p.k_cache = static_cast<T*>(scatter->k_cache) + first * p.cache_batch_stride;
+      p.v_cache = static_cast<T*>(scatter->v_cache) + first * p.cache_batch_stride;
+      p.positions = scatter->positions + first;
+    }
+    if constexpr (kTensorCores) {
+      p.staged_rows = count;
+      const int64_t shared_bytes = kStageOffset + count * row_bytes;
+      if (count > 8) {
+        launch<T, 16>(p, shared_bytes, stream);
+      } else {
+        launch<T, 8>(p, shared_bytes, stream);
+      }
+    } else {
+      int bucket = 1;
+      while (bucket < count) bucket *= 2;
+      p.staged_rows = bucket;
+      const int64_t shared_bytes = kStageOffset + bucket * row_bytes;
+      switch (bucket) {
+        case 1:
+          launch<T, 1>(p, shared_bytes, stream);
+          break;
+        case 2:
+          launch<T, 2>(p, shared_bytes, stream);
+          break;
+        case 4:
+          launch<T, 4>(p, shared_bytes, stream);
+          break;
+        case 8:
+          launch<T, 8>(p, shared_bytes, stream);
+          break;
+        default:
+          launch<T, 16>(p, shared_bytes, stream);
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void decode_linear(Element e, const void* x, int batch, int64_t k_in, const DecodeNorm* norm,
+                   const void* w, int64_t n_out, const void* bias, bool gelu, const void* residual,
+                   void* y, const KvScatter* scatter, cudaStream_t stream) {
+  if (batch <= 0 || n_out <= 0) return;
+  // Rows of x and W move in 16-byte loads.
+  if (k_in <= 0 || k_in % 8 != 0) {
+    fail("decode_linear: k_in ", k_in, " is not a positive multiple of 8");
+  }
+  if (!aligned16(x) || !aligned16(w)) fail("decode_linear: x and W must be 16-byte aligned");
+  if (norm != nullptr) {
+    if (norm->gamma == nullptr || norm->beta == nullptr) {
+      fail("decode_linear: a norm needs gamma and beta");
+    }
+    if (!aligned16(norm->gamma) || !aligned16(norm->beta)) {
+      fail("decode_linear: the norm's gamma and beta must be 16-byte aligned");
+    }
+  }
+  if (scatter != nullptr) {
+    if (scatter->width <= 0 || n_out != 3 * scatter->width) {
+      fail("decode_linear: a K/V scatter needs n_out = 3 · width, not ", n_out, " for width ",
+           scatter->width);
+    }
+    if (residual != nullptr) fail("decode_linear: a K/V scatter takes no residual");
+    if (scatter->k_cache == nullptr || scatter->v_cache == nullptr ||
+        scatter->positions == nullptr) {
+      fail("decode_linear: a K/V scatter needs both caches and the positions");
+    }
+  }
+  with_type(e, [&](auto tag) {
+    using T = decltype(tag);
+    run<T>(static_cast<const T*>(x), batch, k_in, norm, static_cast<const T*>(w), n_out,
+           static_cast<const T*>(bias), gelu, static_cast<const T*>(residual), static_cast<T*>(y),
+           scatter, stream);
+  });
+}
+
+}  // namespace hark::compute::cuda
