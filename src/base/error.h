@@ -13,6 +13,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A device (GPU) allocation that did not fit: callers that can do the work in smaller pieces
+// (a smaller batch) catch this one.
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // fail("tensor ", name, " has ", n, " elements") throws hark::Error with the parts joined.
 template <class... Parts>
 [[noreturn]] void fail(const Parts&... parts) {

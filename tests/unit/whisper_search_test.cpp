@@ -1010,6 +1010,48 @@ TEST_F(WhisperTranscribe, BatchesTheWindowsOfSeveralRecordingsTogether) {
   EXPECT_EQ(sequential[1].text(), transcripts[1].text());
 }
 
+// A model whose device holds at most `room` windows at once.
+class CrampedModel : public FakeModel {
+ public:
+  CrampedModel(Config config, Vocabulary vocabulary, Script script, int room)
+      : FakeModel(config, std::move(vocabulary), std::move(script)), room_(room) {}
+  std::vector<std::shared_ptr<const EncodedWindow>> encode_batch(std::span<const float> mel,
+                                                                 int count) const override {
+    batches.push_back(count);
+    if (count > room_) throw OutOfMemory("out of GPU memory: test");
+    return FakeModel::encode_batch(mel, count);
+  }
+  mutable std::vector<int> batches;
+
+ private:
+  int room_;
+};
+
+TEST_F(WhisperTranscribe, BatchesThatDoNotFitAreHalved) {
+  const Vocabulary v = vocabulary();
+  const int32_t hello = token(" hello");
+  auto script = [&](const Context& c) {
+    if (c.tokens.back() == v.no_timestamps) return row({{hello, 20.0f}});
+    return row({{v.eot, 20.0f}});
+  };
+  Options options;
+  options.language = "en";
+  options.timestamps = false;
+  options.batch_size = 8;
+  std::vector<double> progress;
+  options.on_progress = [&](double p) { progress.push_back(p); };
+  const std::vector<float> mel = frame_indexed_mel(450 + 100);  // 5 windows
+
+  CrampedModel model(config(), v, script, 2);
+  const Transcript transcript = transcribe_mel(model, tokenizer(), mel, 450, options);
+  EXPECT_EQ(model.batches, (std::vector<int>{5, 2, 2, 1}));
+  EXPECT_EQ(transcript.text(), " hello hello hello hello hello");
+  EXPECT_EQ(progress, (std::vector<double>{2.0 / 5, 4.0 / 5, 1.0}));
+
+  CrampedModel hopeless(config(), v, script, 0);
+  EXPECT_THROW(transcribe_mel(hopeless, tokenizer(), mel, 450, options), OutOfMemory);
+}
+
 TEST_F(WhisperTranscribe, TranscribesSamplesThroughTheLongFormLogMel) {
   const Vocabulary v = vocabulary();
   const int32_t hello = token(" hello");

@@ -119,6 +119,7 @@ MODELS = {
         max_symbols_per_step=10,
         durations=[0, 1, 2, 3, 4],
         blank_fraction=0.5,
+        zero_duration_fraction=0.02,  # random weights easily loop on one frame with duration 0
     ),
 }
 
@@ -495,6 +496,25 @@ def token_layout(kind):
     )
 
 
+def bpe_encode(text, layout):
+    """SentencePiece-style BPE of text with the learnt merges (lowest merge rank first); characters
+    outside the alphabet become <unk> (id 0)."""
+    ranks = {}
+    for i, pair in enumerate(layout["merges"]):
+        ranks.setdefault(pair, i)
+    ids = []
+    for word in text.split():
+        parts = list(WORD_START + word)
+        while len(parts) > 1:
+            candidates = [(ranks[(a, b)], i) for i, (a, b) in enumerate(zip(parts, parts[1:])) if (a, b) in ranks]
+            if not candidates:
+                break
+            _, i = min(candidates)
+            parts[i : i + 2] = [parts[i] + parts[i + 1]]
+        ids += [layout["bpe_vocab"].get(p, 0) for p in parts]
+    return ids
+
+
 def spec_text(ids, layout):
     """Text of emitted ids: non-special pieces joined, U+2581 -> space, leading space dropped."""
     special = set(layout["special_ids"])
@@ -794,6 +814,170 @@ class SpecTransducer:
         return out
 
 
+
+def pick_weights(weights, names):
+    """The arrays of `names`: exact keys, or the one key ending in '.' + name."""
+    out = {}
+    for name in names:
+        if name in weights:
+            out[name] = weights[name]
+            continue
+        found = [k for k in weights if k.endswith("." + name)]
+        if len(found) != 1:
+            raise KeyError(f"{name}: {found or 'not in the state dict'}")
+        out[name] = weights[found[0]]
+    return out
+
+
+def transducer_names(layers):
+    names = ["encoder_projector.weight", "encoder_projector.bias", "decoder.embedding.weight",
+             "decoder.decoder_projector.weight", "decoder.decoder_projector.bias", "joint.head.weight",
+             "joint.head.bias"]
+    for layer in range(layers):
+        names += [f"decoder.lstm.weight_ih_l{layer}", f"decoder.lstm.weight_hh_l{layer}",
+                  f"decoder.lstm.bias_ih_l{layer}", f"decoder.lstm.bias_hh_l{layer}"]
+    return names
+
+
+def make_spec_transducer(spec, layout, weights, layers):
+    w = pick_weights(weights, transducer_names(layers))
+    if spec["kind"] == "tdt":
+        return SpecTransducer(w, layers, layout["vocab_size"], layout["blank"], durations=spec["durations"])
+    return SpecTransducer(w, layers, layout["vocab_size"], layout["blank"], max_symbols=spec["max_symbols_per_step"])
+
+
+def ctc_logits(weights, encoder_out):
+    w = pick_weights(weights, ["ctc_head.weight", "ctc_head.bias"])
+    return encoder_out @ w["ctc_head.weight"][:, :, 0].T + w["ctc_head.bias"]
+
+
+def calibrate_heads(spec, layout, weights, enc_outs, layers):
+    """Bias changes that make random heads behave a little like a speech model (numpy, float64):
+    1. centre: subtract the head's response to the mean encoder output (CTC: from ctc_head.bias;
+       transducers: the mean projected frame from encoder_projector.bias, then the head's response to
+       the mean joint activation from joint.head.bias), so that tokens follow the audio instead of a
+       few rows winning everywhere;
+    2. TDT: lower the duration-0 logit until it wins spec['zero_duration_fraction'] of the frames
+       at the start-of-utterance prediction (random weights otherwise loop on one frame);
+    3. blank: raise the blank logit until blanks take about spec['blank_fraction'] of the greedy
+       decisions (CTC: a quantile over frames; transducers: bisection over the actual decode).
+    Returns ({weight name: delta to add}, report)."""
+    import numpy as np
+
+    blank, vocab = layout["blank"], layout["vocab_size"]
+    all_enc = np.concatenate(list(enc_outs.values()))
+    report = {}
+    if spec["kind"] == "ctc":
+        w = pick_weights(weights, ["ctc_head.weight", "ctc_head.bias"])
+        head = w["ctc_head.weight"][:, :, 0]
+        bias = w["ctc_head.bias"].copy()
+        bias -= head @ all_enc.mean(axis=0)
+        logits = all_enc @ head.T + bias
+        diffs = np.delete(logits, blank, axis=1).max(axis=1) - logits[:, blank]
+        report["blank_offset"] = float(np.quantile(diffs, spec["blank_fraction"]))
+        bias[blank] += report["blank_offset"]
+        return {"ctc_head.bias": bias - w["ctc_head.bias"]}, report
+    w = {k: v.copy() for k, v in pick_weights(weights, transducer_names(layers)).items()}
+    original = {k: w[k].copy() for k in ("encoder_projector.bias", "joint.head.bias")}
+    st = SpecTransducer(w, layers, vocab, blank, durations=spec.get("durations") if spec["kind"] == "tdt" else None,
+                        max_symbols=spec.get("max_symbols_per_step"))
+    w["encoder_projector.bias"] -= st.project(all_enc).mean(axis=0)
+    g0, _ = st.predict(blank, st.zero_state())
+    activations = np.maximum(st.project(all_enc) + g0, 0.0)
+    w["joint.head.bias"] -= w["joint.head.weight"] @ activations.mean(axis=0)
+    logits = activations @ w["joint.head.weight"].T + w["joint.head.bias"]
+    if spec["kind"] == "tdt":
+        durations = logits[:, vocab:]
+        report["duration_0_offset"] = float(np.quantile(durations[:, 1:].max(axis=1) - durations[:, 0],
+                                                        spec["zero_duration_fraction"]))
+        w["joint.head.bias"][vocab] += report["duration_0_offset"]
+    tokens = logits[:, :vocab]
+    diffs = np.delete(tokens, blank, axis=1).max(axis=1) - tokens[:, blank]
+    low, high = float(np.quantile(diffs, 0.02)) - 5.0, float(np.quantile(diffs, 0.98)) + 5.0
+    base = w["joint.head.bias"][blank]
+    for _ in range(8):
+        middle = 0.5 * (low + high)
+        w["joint.head.bias"][blank] = base + middle
+        emitted = decisions = 0
+        for enc in enc_outs.values():
+            res = st.decode(st.project(enc), step_limit=4 * enc.shape[0])
+            emitted += len(res["tokens"])
+            decisions += len(res["steps"])
+        if emitted / max(decisions, 1) > 1.0 - spec["blank_fraction"]:
+            low = middle  # too few blanks: raise the blank logit further
+        else:
+            high = middle
+    report["blank_offset"] = 0.5 * (low + high)
+    w["joint.head.bias"][blank] = base + report["blank_offset"]
+    return {k: w[k] - original[k] for k in original}, report
+
+
+def judge_decisions(spec, layout, weights, enc_outs, padded_frames, gap_target, layers):
+    """Greedy decisions of docs/parakeet.md on given encoder outputs (float64), with the statistics
+    and margins the seed search judges."""
+    kind = spec["kind"]
+    per_clip, gaps = {}, []
+    decisions = nonblank = 0
+    emitted = []
+    required, optional = [], []
+    if kind == "ctc":
+        for clip, enc in enc_outs.items():
+            tokens, frames, clip_gaps, best = spec_ctc(ctc_logits(weights, enc), layout["blank"])
+            per_clip[clip] = dict(tokens=tokens, frames=frames, decisions=len(best),
+                                  nonblank_decisions=int((best != layout["blank"]).sum()))
+            gaps += clip_gaps
+            decisions += len(best)
+            nonblank += per_clip[clip]["nonblank_decisions"]
+            emitted += tokens
+    else:
+        st = make_spec_transducer(spec, layout, weights, layers)
+        advances = Counter()
+        zero_duration_tokens = forced = 0
+        for clip, enc in enc_outs.items():
+            res = st.decode(st.project(enc))
+            steps = res["steps"]
+            cap = spec["max_symbols_per_step"] * padded_frames[clip]
+            per_clip[clip] = dict(tokens=res["tokens"], frames=res["frames"], durations=res["durations"],
+                                  decisions=len(steps), nonblank_decisions=len(res["tokens"]),
+                                  forced_advances=res["forced_advances"], steps_plus_start=len(steps) + 1,
+                                  generate_max_length=cap, hit_step_limit=res["hit_step_limit"])
+            for step in steps:
+                gaps.append(step["token_gap"])
+                if "duration_gap" in step:
+                    gaps.append(step["duration_gap"])
+                advances[step["advance"]] += 1
+                if step["token"] != layout["blank"] and step["advance"] == 0:
+                    zero_duration_tokens += 1
+            decisions += len(steps)
+            nonblank += len(res["tokens"])
+            emitted += res["tokens"]
+            forced += res["forced_advances"]
+            if res["hit_step_limit"] or len(steps) + 1 >= 0.9 * cap:
+                required.append(f"{clip}: {len(steps) + 1} steps vs generate max_length {cap}")
+        per_clip["_advances"] = dict(sorted(advances.items()))
+        per_clip["_zero_duration_tokens"] = zero_duration_tokens
+        per_clip["_forced_advances"] = forced
+        if kind == "tdt" and (zero_duration_tokens == 0 or len(advances) < 3):
+            optional.append("TDT: want tokens with duration 0 and >= 3 distinct advances")
+        if kind == "rnnt" and forced == 0:
+            optional.append("RNN-T: want the max_symbols_per_step guard to fire")
+    min_gap = min(gaps) if gaps else float("inf")
+    fraction = nonblank / max(decisions, 1)
+    if min_gap < gap_target:
+        required.append(f"min gap {min_gap:.2e} < {gap_target:.1e}")
+    if not 0.15 <= fraction <= 0.8:
+        required.append(f"non-blank fraction {fraction:.2f}")
+    for clip in enc_outs:
+        if len(per_clip[clip]["tokens"]) < 3:
+            required.append(f"{clip}: {len(per_clip[clip]['tokens'])} tokens")
+    if len(set(emitted)) < 8:
+        required.append(f"{len(set(emitted))} distinct tokens")
+    stats = dict(decisions=decisions, nonblank_decisions=nonblank, nonblank_fraction=fraction,
+                 emitted_tokens=len(emitted), distinct_tokens=len(set(emitted)), min_gap=min_gap,
+                 gaps_below_0_01=int(sum(1 for g in gaps if g < 1e-2)), decisions_with_gap=len(gaps))
+    return dict(per_clip=per_clip, stats=stats, required=required, optional=optional,
+                score=(not required, not optional, min_gap))
+
 def valid_encoder_frames(feature_frames, factor=8):
     length = feature_frames
     for _ in range(int(round(math.log2(factor)))):
@@ -910,3 +1094,1004 @@ def make_config(cls, notes, **kwargs):
         dropped = sorted(set(kwargs) - set(kept))
         notes.append(f"{cls.__name__}: {type(first).__name__}: {first}; retried without {dropped}")
         return cls(**kept)
+
+
+# ----------------------------------------------------------------------------------------------
+# The oracle proper (needs numpy, torch, transformers, tokenizers, safetensors).
+# ----------------------------------------------------------------------------------------------
+
+HEAD_GAIN = 6.0  # logit scale of the CTC head and the joint head (std ~ 6): clear argmax decisions
+
+REFERENCE_NOTES = [
+    "Audio: tests/data/audio/<clip>.wav, int16 / 32768 as float32, 16 kHz mono.",
+    "features.<clip> [L, M]: the valid frames of ParakeetProcessor's input_features for the clip alone "
+    "(L = samples // 160; transformers also returns one more, all-zero, frame).",
+    "encoder.<clip> [T, d]: encoder last_hidden_state at the T = ceil(L / 8) valid frames, run with the "
+    "processor's attention_mask.",
+    "logits.<clip> [T, V] (CTC): ctc_head output. projected.<clip> [T, H] (RNN-T/TDT): "
+    "encoder_projector output (get_audio_features pooler_output).",
+    "tokens.<clip>, frames.<clip> (and durations.<clip> for TDT): the emitted (non-blank) tokens of "
+    "transformers' greedy generate(), their encoder frame, and the TDT duration (frames advanced after "
+    "the token). CTC: repeats collapsed, frame = first frame of the run.",
+    "hf_sequences.<clip> / hf_durations.<clip>: generate()'s raw output for the clip alone (RNN-T/TDT: "
+    "start token + one token per step, blanks included; durations[0] = 0). CTC: per-frame argmax over "
+    "the padded frames, pad_token_id past T.",
+    "batch.*: the three clips in one padded batch: batch.sequences / batch.durations as generate() "
+    "returned them (rows continue past their end; hark ignores steps whose frame pointer is >= T), "
+    "batch.feature_frames (L per row) and batch.encoder_frames (T per row).",
+    "reference.json decode.<clip>: the same tokens as lists, the text transformers decodes "
+    "(skip_special_tokens=True) and the text docs/parakeet.md section 6 gives, and (TDT/RNN-T) "
+    "ParakeetProcessor.decode(..., durations=...) timestamps in seconds.",
+    "spec_check: this oracle's float64 numpy implementation of docs/parakeet.md against transformers "
+    "(features from the audio; encoder from transformers' features; decoders from transformers' "
+    "encoder output, and the whole chain from the audio).",
+    "margins: the smallest top-2 logit gap over all greedy decisions (tokens; TDT durations too).",
+]
+
+
+class Oracle:
+    def __init__(self, out_dir, args, stand_ins):
+        import numpy as np
+        import torch
+        import transformers
+
+        self.np, self.torch, self.transformers = np, torch, transformers
+        self.out_dir = out_dir
+        self.args = args
+        self.errors = []
+        self.summary = {}
+        torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
+        torch.manual_seed(0)
+        self.versions = {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "numpy": np.__version__,
+        }
+        for name in ("tokenizers", "safetensors"):
+            try:
+                self.versions[name] = __import__(name).__version__
+            except Exception as exc:
+                self.versions[name] = f"unavailable: {exc}"
+        self.versions["stand_in_packages"] = stand_ins
+        log("versions", json.dumps(self.versions))
+        self.audio = {clip: read_wav(os.path.join(AUDIO_DIR, f"{clip}.wav")) for clip in CLIPS}
+        self.filterbank_report = self.check_library_filterbank()
+
+    def error(self, where, exc):
+        text = f"{where}: {type(exc).__name__}: {exc}"
+        log("ERROR", text)
+        log(traceback.format_exc())
+        self.errors.append(text)
+
+    # -- library pieces ----------------------------------------------------------------------------
+
+    def hf(self, name):
+        value = getattr(self.transformers, name, None)
+        if value is None:
+            raise ImportError(f"transformers {self.transformers.__version__} has no {name}")
+        return value
+
+    def check_library_filterbank(self):
+        """The filterbank transformers will use (the stand-in's or a real librosa's) against the
+        value table, librosa's whisper filterbanks, the extractor's copy, and transformers' own
+        float64 mel_filter_bank."""
+        import librosa
+
+        np = self.np
+        ok, report = check_filterbank(librosa.filters.mel)
+        report["ok"] = ok
+        report["librosa_module"] = getattr(librosa, "__file__", "?")
+        try:
+            from transformers.audio_utils import mel_filter_bank
+
+            for n_mels in (80, 128):
+                theirs = mel_filter_bank(num_frequency_bins=257, num_mel_filters=n_mels, min_frequency=0.0,
+                                         max_frequency=8000.0, sampling_rate=SAMPLE_RATE, norm="slaney",
+                                         mel_scale="slaney").T
+                mine = librosa.filters.mel(sr=SAMPLE_RATE, n_fft=512, n_mels=n_mels, fmin=0.0, fmax=8000.0,
+                                           norm="slaney")
+                report[f"vs_audio_utils_mel_filter_bank_{n_mels}"] = float(np.abs(theirs - mine).max())
+        except Exception as exc:
+            report["vs_audio_utils_mel_filter_bank"] = f"{type(exc).__name__}: {exc}"
+        log("filterbank check:", json.dumps(jsonable(report)))
+        if not ok:
+            self.errors.append(f"filterbank check failed: {report}")
+        return report
+
+    def build_tokenizer(self, kind, layout):
+        from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
+
+        bpe = models.BPE(vocab=layout["bpe_vocab"], merges=layout["merges"], unk_token="<unk>", fuse_unk=True,
+                         byte_fallback=False, dropout=None)
+        tok = Tokenizer(bpe)
+        try:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=WORD_START, prepend_scheme="always", split=True)
+            tok.decoder = decoders.Metaspace(replacement=WORD_START, prepend_scheme="always", split=True)
+        except TypeError:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement=WORD_START, add_prefix_space=True)
+            tok.decoder = decoders.Metaspace(replacement=WORD_START, add_prefix_space=True)
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in layout["head"]])
+        tok.add_special_tokens([AddedToken(layout["tail"], special=True, normalized=False)])
+        for i, piece in enumerate(layout["pieces"]):
+            if tok.token_to_id(piece) != i:
+                raise ValueError(f"tokenizer id of {piece!r} is {tok.token_to_id(piece)}, expected {i}")
+        cls = (getattr(self.transformers, "ParakeetTokenizer", None)
+               or getattr(self.transformers, "ParakeetTokenizerFast", None)
+               or self.hf("PreTrainedTokenizerFast"))
+        pad = layout["pieces"][layout["tokenizer_pad"]]
+        hf_tok = cls(tokenizer_object=tok, unk_token="<unk>", pad_token=pad, clean_up_tokenization_spaces=False)
+        if hf_tok.pad_token_id != layout["tokenizer_pad"]:
+            raise ValueError(f"pad token id {hf_tok.pad_token_id}, expected {layout['tokenizer_pad']}")
+        return hf_tok
+
+    def build_processor(self, kind, spec, hf_tok):
+        fe_cls = self.hf("ParakeetFeatureExtractor")
+        fe = fe_cls(feature_size=spec["num_mel_bins"], sampling_rate=SAMPLE_RATE, hop_length=160, n_fft=512,
+                    win_length=400, preemphasis=0.97, padding_value=0.0)
+        proc_cls = self.hf("ParakeetProcessor")
+        try:
+            processor = proc_cls(feature_extractor=fe, tokenizer=hf_tok, decoder_type=kind)
+            note = "decoder_type=" + kind
+        except TypeError as exc:
+            processor = proc_cls(feature_extractor=fe, tokenizer=hf_tok)
+            note = f"no decoder_type ({exc})"
+        return processor, fe, note
+
+    def features(self, processor, audio):
+        """(input_features float32 [B, N, M], attention_mask bool [B, N]) as the processor makes them."""
+        torch = self.torch
+        out = processor(audio=audio, sampling_rate=SAMPLE_RATE, return_tensors="pt")
+        feats = out["input_features"].to(torch.float32)
+        mask = out["attention_mask"].to(torch.bool)
+        return feats, mask
+
+    # -- model -----------------------------------------------------------------------------------
+
+    def make_model_config(self, spec, layout, notes):
+        kind = spec["kind"]
+        encoder_cls = self.hf("ParakeetEncoderConfig")
+        encoder = make_config(
+            encoder_cls, notes,
+            hidden_size=TINY["hidden_size"], num_hidden_layers=TINY["num_hidden_layers"],
+            num_attention_heads=TINY["num_attention_heads"], intermediate_size=TINY["intermediate_size"],
+            hidden_act="silu", attention_bias=spec["bias"], convolution_bias=spec["bias"], conv_kernel_size=9,
+            subsampling_factor=8, subsampling_conv_channels=TINY["subsampling_conv_channels"],
+            num_mel_bins=spec["num_mel_bins"], subsampling_conv_kernel_size=3, subsampling_conv_stride=2,
+            dropout=0.1, dropout_positions=0.0, layerdrop=0.0, activation_dropout=0.1, attention_dropout=0.1,
+            max_position_embeddings=5000, scale_input=spec["scale_input"], initializer_range=0.02,
+        )
+        common = dict(vocab_size=layout["vocab_size"], encoder_config=encoder.to_dict(),
+                      pad_token_id=layout["config_pad"])
+        if kind == "ctc":
+            return make_config(self.hf("ParakeetCTCConfig"), notes, ctc_loss_reduction="mean",
+                               ctc_zero_infinity=True, **common)
+        cls = self.hf("ParakeetRNNTConfig" if kind == "rnnt" else "ParakeetTDTConfig")
+        extra = dict(decoder_hidden_size=TINY["decoder_hidden_size"], num_decoder_layers=TINY["num_decoder_layers"],
+                     hidden_act="relu", max_symbols_per_step=spec["max_symbols_per_step"],
+                     blank_token_id=layout["blank"])
+        keys = accepted_keys(cls)
+        if keys is not None and "joint_hidden_size" in keys:
+            extra["joint_hidden_size"] = TINY["decoder_hidden_size"]
+        if kind == "tdt":
+            extra["durations"] = list(spec["durations"])
+        return make_config(cls, notes, **extra, **common)
+
+    @staticmethod
+    def gain(module_name):
+        name = "." + module_name
+        if ".subsampling.layers." in name:
+            return math.sqrt(2.0)  # a ReLU follows
+        if name.endswith((".q_proj", ".k_proj")):
+            return 1.5  # attention a little sharper than uniform
+        if name.endswith((".ctc_head", ".joint.head")):
+            return HEAD_GAIN
+        return 1.0
+
+    def randomize(self, model, seed):
+        """Seeded weights with O(1) activations: linear/conv weights N(0, gain^2 / fan_in), biases
+        N(0, 0.1^2), LayerNorm weights 1 + N(0, 0.1^2), BatchNorm running mean N(0, 0.2^2) and
+        variance U(0.5, 2), bias_u/bias_v N(0, 0.3^2), embeddings N(0, 1) (the blank row too: hark
+        must look it up), LSTM weights N(0, 1/H), LSTM biases N(0, 0.2^2). Norms and biases are
+        random so that a swapped or missing one cannot go unnoticed."""
+        torch = self.torch
+        nn = torch.nn
+        gen = torch.Generator().manual_seed(seed)
+
+        def normal(shape, std, mean=0.0):
+            return torch.randn(shape, generator=gen, dtype=torch.float32) * std + mean
+
+        def uniform(shape, low, high):
+            return low + (high - low) * torch.rand(shape, generator=gen, dtype=torch.float32)
+
+        touched, generic = set(), []
+        with torch.no_grad():
+            for name, module in model.named_modules():
+                if isinstance(module, nn.LayerNorm):
+                    module.weight.copy_(normal(module.weight.shape, 0.1, 1.0))
+                    module.bias.copy_(normal(module.bias.shape, 0.1))
+                elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+                    module.weight.copy_(normal(module.weight.shape, 0.1, 1.0))
+                    module.bias.copy_(normal(module.bias.shape, 0.1))
+                    module.running_mean.copy_(normal(module.running_mean.shape, 0.2))
+                    module.running_var.copy_(uniform(module.running_var.shape, 0.5, 2.0))
+                elif isinstance(module, nn.LSTM):
+                    for pname, p in module.named_parameters(recurse=False):
+                        if pname.startswith("weight"):
+                            p.copy_(normal(p.shape, 1.0 / math.sqrt(module.hidden_size)))
+                        else:
+                            p.copy_(normal(p.shape, 0.2))
+                elif isinstance(module, nn.Embedding):
+                    module.weight.copy_(normal(module.weight.shape, 1.0))
+                elif isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d)):
+                    fan_in = module.weight[0].numel()
+                    module.weight.copy_(normal(module.weight.shape, self.gain(name) / math.sqrt(fan_in)))
+                    if module.bias is not None:
+                        module.bias.copy_(normal(module.bias.shape, 0.1))
+                else:
+                    continue
+                for p in module.parameters(recurse=False):
+                    touched.add(id(p))
+            for name, p in model.named_parameters():
+                if id(p) in touched:
+                    continue
+                if name.endswith(("bias_u", "bias_v")):
+                    p.copy_(normal(p.shape, 0.3))
+                else:
+                    p.copy_(normal(p.shape, 1.0 / math.sqrt(p[0].numel()) if p.dim() >= 2 else 0.1))
+                    generic.append(name)
+                touched.add(id(p))
+        return generic
+
+    def weights64(self, model):
+        return {k: v.detach().to(self.torch.float64).cpu().numpy() for k, v in model.state_dict().items()}
+
+    @staticmethod
+    def encoder_weights(weights):
+        """Encoder-relative names for spec_encoder (strip 'encoder.' or whatever prefix holds it)."""
+        suffix = "subsampling.layers.0.weight"
+        prefixes = [k[: -len(suffix)] for k in weights if k.endswith(suffix)]
+        if len(prefixes) != 1:
+            raise KeyError(f"cannot locate the encoder in the state dict ({prefixes})")
+        prefix = prefixes[0]
+        return {k[len(prefix):]: v for k, v in weights.items() if k.startswith(prefix)}
+
+    def spec_transducer(self, spec, layout, weights):
+        return make_spec_transducer(spec, layout, weights, TINY["num_decoder_layers"])
+
+    def decide(self, spec, layout, weights, enc_outs, padded_frames):
+        return judge_decisions(spec, layout, weights, enc_outs, padded_frames, self.args.gap_target,
+                               TINY["num_decoder_layers"])
+
+    def calibrate(self, model, spec, layout, enc_outs):
+        """calibrate_heads on this model's weights, its bias changes added to the parameters."""
+        torch = self.torch
+        deltas, report = calibrate_heads(spec, layout, self.weights64(model), enc_outs, TINY["num_decoder_layers"])
+        params = dict(model.named_parameters())
+        with torch.no_grad():
+            for name, delta in deltas.items():
+                found = [k for k in params if k == name or k.endswith("." + name)]
+                if len(found) != 1:
+                    raise KeyError(f"{name}: {found}")
+                params[found[0]] += torch.as_tensor(delta, dtype=params[found[0]].dtype)
+        return report
+
+    def encoder_outputs(self, model, kind, inputs):
+        """{clip: float64 [T, d]} valid frames of transformers' encoder output."""
+        torch = self.torch
+        out = {}
+        with torch.no_grad():
+            for clip, (feats, mask) in inputs.items():
+                t_valid = valid_encoder_frames(int(mask.sum()))
+                enc = model.encoder(input_features=feats, attention_mask=mask)
+                out[clip] = enc.last_hidden_state[0, :t_valid].to(torch.float64).numpy()
+        return out
+
+    def prepare(self, model, spec, layout, seed, inputs, padded_frames):
+        generic = self.randomize(model, seed)
+        enc_outs = self.encoder_outputs(model, spec["kind"], inputs)
+        offset = self.calibrate(model, spec, layout, enc_outs)
+        verdict = self.decide(spec, layout, self.weights64(model), enc_outs, padded_frames)
+        return dict(seed=seed, offset=offset, generic=generic, verdict=verdict)
+
+    def search_seed(self, name, model, spec, layout, inputs, padded_frames):
+        best = None
+        tried = []
+        t0 = time.time()
+        for seed in range(self.args.first_seed, self.args.first_seed + self.args.max_seeds):
+            result = self.prepare(model, spec, layout, seed, inputs, padded_frames)
+            verdict = result["verdict"]
+            tried.append(dict(seed=seed, min_gap=verdict["stats"]["min_gap"], required=verdict["required"],
+                              optional=verdict["optional"]))
+            if best is None or verdict["score"] > best["verdict"]["score"]:
+                best = result
+            if not verdict["required"] and not verdict["optional"]:
+                break
+            if time.time() - t0 > self.args.seed_budget:
+                log(f"{name}: seed budget spent after {len(tried)} seeds")
+                break
+        log(f"{name}: seed {best['seed']} after {len(tried)} tries ({time.time() - t0:.1f} s): "
+            f"{json.dumps(jsonable(best['verdict']['stats']))}; unmet: "
+            f"{best['verdict']['required'] + best['verdict']['optional']}")
+        return best, tried
+
+    # -- final model and references --------------------------------------------------------------
+
+    def set_generation_config(self, model, spec, layout, inputs):
+        """As convert_nemo_to_hf.py leaves it: transducers start from the blank; TDT suppresses the
+        duration columns. A smoke-test generate() on the shortest clip proves the settings work."""
+        torch = self.torch
+        gc = getattr(model, "generation_config", None)
+        if gc is None:
+            return "model has no generation_config"
+        gc.pad_token_id = layout["config_pad"]
+        if spec["kind"] == "ctc":
+            return "pad_token_id set"
+        gc.decoder_start_token_id = layout["blank"]
+        note = "decoder_start_token_id = blank"
+        if spec["kind"] == "tdt":
+            gc.suppress_tokens = list(range(layout["vocab_size"], layout["vocab_size"] + len(spec["durations"])))
+            note += ", suppress_tokens = duration columns"
+        feats, mask = inputs[CLIPS[-1]]
+        try:
+            with torch.no_grad():
+                model.generate(input_features=feats, attention_mask=mask)
+        except Exception as exc:
+            if spec["kind"] != "tdt":
+                raise
+            gc.suppress_tokens = None
+            note += f"; dropped suppress_tokens after {type(exc).__name__}: {exc}"
+            with torch.no_grad():
+                model.generate(input_features=feats, attention_mask=mask)
+        return note
+
+    def reload(self, model_cls, folder):
+        torch = self.torch
+        try:
+            model = model_cls.from_pretrained(folder, dtype=torch.float32)
+        except TypeError:
+            model = model_cls.from_pretrained(folder, torch_dtype=torch.float32)
+        return model.eval()
+
+    @staticmethod
+    def tidy_tokenizer_config(folder):
+        """save_pretrained may record loading options that describe this run, not the tokenizer."""
+        path = os.path.join(folder, "tokenizer_config.json")
+        if not os.path.exists(path):
+            return
+        with open(path, encoding="utf-8") as f:
+            content = json.load(f)
+        changed = False
+        for key in ("is_local", "local_files_only", "name_or_path"):
+            if key in content:
+                content.pop(key)
+                changed = True
+        if changed:
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(content, f, indent=2, ensure_ascii=False)
+                f.write("\n")
+
+    def audio_features(self, model, feats, mask):
+        """(encoder last_hidden_state, encoder_projector output) of a transducer."""
+        if hasattr(model, "get_audio_features"):
+            out = model.get_audio_features(input_features=feats, attention_mask=mask)
+            return out.last_hidden_state, out.pooler_output, getattr(out, "attention_mask", None)
+        enc = model.encoder(input_features=feats, attention_mask=mask)
+        return enc.last_hidden_state, model.encoder_projector(enc.last_hidden_state), enc.attention_mask
+
+    def generate_transducer(self, model, feats, mask):
+        out = model.generate(input_features=feats, attention_mask=mask, return_dict_in_generate=True)
+        sequences = out.sequences if hasattr(out, "sequences") else out
+        durations = getattr(out, "durations", None)
+        return sequences, durations
+
+    @staticmethod
+    def walk_transducer(sequence, durations, blank, frames_valid):
+        """Emitted tokens of one generate() row: steps after the start token whose frame pointer
+        (sum of the earlier durations) is still inside the utterance."""
+        tokens, frames, token_durations = [], [], []
+        t, used = 0, 0
+        for s in range(1, len(sequence)):
+            if t >= frames_valid:
+                break
+            k, d = int(sequence[s]), int(durations[s])
+            used += 1
+            if k != blank:
+                tokens.append(k)
+                frames.append(t)
+                token_durations.append(d)
+            t += d
+        return dict(tokens=tokens, frames=frames, durations=token_durations, steps=used,
+                    finished=t >= frames_valid, final_frame=t)
+
+    @staticmethod
+    def collapse(best, blank):
+        tokens, frames = [], []
+        previous = None
+        for t, k in enumerate(int(v) for v in best):
+            if k != blank and k != previous:
+                tokens.append(k)
+                frames.append(t)
+            previous = k
+        return tokens, frames
+
+    def texts(self, processor, layout, kind, sequence, durations, emitted):
+        torch = self.torch
+        out = {"spec": spec_text(emitted, layout)}
+        try:
+            out["transformers"] = processor.batch_decode(torch.tensor([list(sequence)]), skip_special_tokens=True)[0]
+        except Exception as exc:
+            out["transformers_error"] = f"{type(exc).__name__}: {exc}"
+        if kind != "ctc" and durations is not None:
+            seq_t = torch.tensor([list(sequence)])
+            dur_t = torch.tensor([list(durations)])
+            try:
+                decoded = processor.decode(seq_t, durations=dur_t, skip_special_tokens=True)
+            except Exception as first:
+                try:
+                    decoded = processor.decode(seq_t[0], durations=dur_t, skip_special_tokens=True)
+                except Exception as exc:
+                    decoded = None
+                    out["timestamps_error"] = f"{type(first).__name__}: {first} / {type(exc).__name__}: {exc}"
+            if decoded is not None:
+                text, stamps = decoded if isinstance(decoded, tuple) else (decoded, None)
+                out["transformers_decode_with_durations"] = text
+                out["timestamps"] = stamps
+        return out
+
+    def build(self, name, spec):
+        torch, np = self.torch, self.np
+        kind = spec["kind"]
+        t_start = time.time()
+        folder = os.path.join(self.out_dir, name)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        os.makedirs(folder)
+        notes = []
+        layout = token_layout(kind)
+        hf_tok = self.build_tokenizer(kind, layout)
+        processor, _, processor_note = self.build_processor(kind, spec, hf_tok)
+        notes.append("processor: " + processor_note)
+        inputs = {clip: self.features(processor, self.audio[clip]) for clip in CLIPS}
+        padded_frames = {clip: valid_encoder_frames(inputs[clip][0].shape[1]) for clip in CLIPS}
+        config = self.make_model_config(spec, layout, notes)
+        model_cls = self.hf({"ctc": "ParakeetForCTC", "rnnt": "ParakeetForRNNT", "tdt": "ParakeetForTDT"}[kind])
+        model = model_cls(config).eval()
+        log(f"{name}: {model_cls.__name__}, {sum(p.numel() for p in model.parameters())} parameters, "
+            f"attention {getattr(model.config, '_attn_implementation', '?')}")
+
+        tried = []
+        seed = self.args.first_seed
+        try:
+            best, tried = self.search_seed(name, model, spec, layout, inputs, padded_frames)
+            seed = best["seed"]
+        except Exception as exc:
+            self.error(f"{name}: seed search (spec decoder; using seed {seed} unchecked)", exc)
+        generic = self.randomize(model, seed)
+        if generic:
+            notes.append(f"parameters without a specific init rule (generic N(0, 1/fan_in)): {generic}")
+        offset = None
+        try:
+            offset = self.calibrate(model, spec, layout, self.encoder_outputs(model, kind, inputs))
+        except Exception as exc:
+            self.error(f"{name}: head offsets", exc)
+        generation_note = self.set_generation_config(model, spec, layout, inputs)
+        processor.save_pretrained(folder)
+        model.save_pretrained(folder)
+        self.tidy_tokenizer_config(folder)
+        saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+        reloaded = self.reload(model_cls, folder)
+        reload_equal = all(torch.equal(saved_state[k], v) for k, v in reloaded.state_dict().items()) and \
+            set(saved_state) == set(reloaded.state_dict())
+        try:
+            processor_reloaded = self.hf("ParakeetProcessor").from_pretrained(folder)
+            processor_note = type(processor_reloaded).__name__
+        except Exception as exc:
+            self.error(f"{name}: reloading the processor", exc)
+            processor_reloaded, processor_note = processor, f"reload failed, in-memory processor used: {exc}"
+
+        tensors, info = self.references(name, spec, layout, reloaded, processor_reloaded, processor, padded_frames)
+        from safetensors.torch import save_file
+
+        save_file(tensors, os.path.join(folder, "reference.safetensors"), metadata={"format": "pt"})
+        state = reloaded.state_dict()
+        info.update(
+            model=name,
+            kind=kind,
+            like=spec["like"],
+            architecture=model_cls.__name__,
+            tiny=TINY,
+            settings={k: v for k, v in spec.items() if k not in ("kind", "like")},
+            seed=seed,
+            seeds_tried=len(tried),
+            seed_search=tried[-10:],
+            head_calibration=offset,
+            init=self.randomize.__doc__.split("\n\n")[0].replace("\n", " "),
+            head_gain=HEAD_GAIN,
+            gap_target=self.args.gap_target,
+            generation_config=generation_note,
+            reloaded_weights_equal=reload_equal,
+            processor_reloaded_as=processor_note,
+            attention_implementation=getattr(reloaded.config, "_attn_implementation", None),
+            tokenizer=dict(class_=type(hf_tok).__name__, vocab_size=layout["vocab_size"], blank=layout["blank"],
+                           tokenizer_pad=layout["tokenizer_pad"], config_pad=layout["config_pad"],
+                           special_ids=layout["special_ids"], merges=len(layout["merges"]),
+                           encodings={t: dict(transformers=hf_tok(t, add_special_tokens=False)["input_ids"],
+                                              spec=bpe_encode(t, layout))
+                                      for t in ("And so, my fellow Americans: ask not", "Is it? Yes - 100% fine.",
+                                                "the lazy dog jumps")}),
+            checkpoint_tensors={k: [str(v.dtype).replace("torch.", "")] + list(v.shape) for k, v in state.items()},
+            audio_to_float="int16 / 32768",
+            versions=self.versions,
+            notes=REFERENCE_NOTES + notes,
+        )
+        with open(os.path.join(folder, "reference.json"), "w", encoding="utf-8") as f:
+            json.dump(jsonable(info), f, indent=1, ensure_ascii=False)
+            f.write("\n")
+        sizes = {f: os.path.getsize(os.path.join(folder, f)) for f in sorted(os.listdir(folder))}
+        total = sum(sizes.values())
+        log(f"{name}: wrote {total} bytes in {time.time() - t_start:.1f} s: {sizes}")
+        self.summary[name] = dict(
+            seed=seed, bytes=total, files=sizes, stats=info.get("stats"), margins=info.get("margins"),
+            spec_check_summary=info.get("spec_check_summary"), batch_summary=info.get("batch_summary"),
+            reloaded_weights_equal=reload_equal,
+        )
+
+    def references(self, name, spec, layout, model, processor, processor_original, padded_frames):
+        torch, np = self.torch, self.np
+        import librosa
+
+        kind = spec["kind"]
+        blank = layout["blank"]
+        tensors, described = {}, {}
+        clips_info, decode, spec_check = {}, {}, {}
+        weights = self.weights64(model)
+        encoder_cfg = dict(hidden_size=TINY["hidden_size"], num_attention_heads=TINY["num_attention_heads"],
+                           num_hidden_layers=TINY["num_hidden_layers"], scale_input=spec["scale_input"],
+                           subsampling_factor=8, conv_kernel_size=9)
+        bank = librosa.filters.mel(sr=SAMPLE_RATE, n_fft=512, n_mels=spec["num_mel_bins"], fmin=0.0, fmax=8000.0,
+                                   norm="slaney")
+
+        def put(key, value, what, dtype=None):
+            t = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
+            t = t.to(dtype or (torch.int32 if not t.is_floating_point() else torch.float32)).contiguous().clone()
+            tensors[key] = t
+            described[key] = dict(shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""), what=what)
+
+        def diff(a, b):
+            a = np.asarray(a, dtype=np.float64)
+            b = np.asarray(b, dtype=np.float64)
+            if a.shape != b.shape:
+                return dict(shape_mismatch=[list(a.shape), list(b.shape)])
+            err = float(np.abs(a - b).max()) if a.size else 0.0
+            scale = float(np.abs(b).max()) if b.size else 0.0
+            return dict(max_abs_diff=err, max_abs=scale, rel=err / scale if scale else None)
+
+        try:
+            encoder_w = self.encoder_weights(weights)
+        except Exception as exc:
+            encoder_w = None
+            self.error(f"{name}: encoder weights for the spec check", exc)
+        spec_decoder = None
+        if kind != "ctc":
+            try:
+                spec_decoder = self.spec_transducer(spec, layout, weights)
+            except Exception as exc:
+                self.error(f"{name}: spec transducer", exc)
+
+        enc_hf, singles = {}, {}
+        for clip in CLIPS:
+            audio = self.audio[clip]
+            feats, mask = self.features(processor, audio)
+            feats0, _ = self.features(processor_original, audio)
+            n_frames = feats.shape[1]
+            L = int(mask.sum())
+            T = valid_encoder_frames(L)
+            info = dict(file=f"audio/{clip}.wav", samples=len(audio), feature_frames_returned=n_frames,
+                        valid_feature_frames=L, valid_encoder_frames=T,
+                        padded_encoder_frames=padded_frames[clip],
+                        features_same_as_in_memory_processor=bool(torch.equal(feats, feats0)),
+                        padding_frames_zero=bool((feats[0, L:] == 0).all()))
+            with torch.no_grad():
+                if kind == "ctc":
+                    enc = model.encoder(input_features=feats, attention_mask=mask)
+                    hidden = enc.last_hidden_state
+                    encoder_mask = getattr(enc, "attention_mask", None)
+                    logits = model(input_features=feats, attention_mask=mask).logits
+                    generated = model.generate(input_features=feats, attention_mask=mask)
+                    sequences = generated.sequences if hasattr(generated, "sequences") else generated
+                    durations = None
+                else:
+                    hidden, projected, encoder_mask = self.audio_features(model, feats, mask)
+                    sequences, durations = self.generate_transducer(model, feats, mask)
+            info["encoder_frames_returned"] = int(hidden.shape[1])
+            if encoder_mask is not None:
+                info["encoder_attention_mask_sum"] = int(encoder_mask.sum())
+            info["nan_in_encoder_output"] = bool(torch.isnan(hidden).any())
+            E = hidden[0, :T]
+            enc_hf[clip] = E.to(torch.float64).numpy()
+            put(f"features.{clip}", feats[0, :L], "input_features, valid frames [L, M]")
+            put(f"encoder.{clip}", E, "encoder last_hidden_state, valid frames [T, d]")
+            seq = [int(v) for v in sequences[0]]
+            put(f"hf_sequences.{clip}", seq, "generate() output for the clip alone")
+            if kind == "ctc":
+                put(f"logits.{clip}", logits[0, :T], "ctc_head logits, valid frames [T, V]")
+                tokens, frames = self.collapse(seq[:T], blank)
+                info["generate_pads_past_T"] = all(v == layout["config_pad"] for v in seq[T:])
+                result = dict(tokens=tokens, frames=frames)
+            else:
+                put(f"projected.{clip}", projected[0, :T], "encoder_projector output, valid frames [T, H]")
+                if durations is None:
+                    raise RuntimeError("generate() returned no durations")
+                dur = [int(v) for v in durations[0]]
+                put(f"hf_durations.{clip}", dur, "generate() durations for the clip alone (first = 0)")
+                info["sequence_and_durations_same_length"] = len(dur) == len(seq)
+                result = self.walk_transducer(seq, dur, blank, T)
+                info["generate_steps"] = len(seq) - 1
+                info["generate_finished_inside_output"] = result["finished"]
+            put(f"tokens.{clip}", result["tokens"], "emitted token ids")
+            put(f"frames.{clip}", result["frames"], "encoder frame of each emitted token")
+            if kind == "tdt":
+                put(f"durations.{clip}", result["durations"], "TDT duration (frames) of each emitted token")
+            singles[clip] = result
+            texts = self.texts(processor, layout, kind, seq, None if kind == "ctc" else dur, result["tokens"])
+            decode[clip] = dict(result, text=texts)
+            clips_info[clip] = info
+
+            # docs/parakeet.md against transformers
+            check = {}
+            try:
+                f_spec = spec_features(audio, bank)
+                check["features"] = diff(f_spec, feats[0, :L].numpy())
+            except Exception as exc:
+                check["features"] = f"{type(exc).__name__}: {exc}"
+            e_spec = None
+            if encoder_w is not None:
+                try:
+                    e_spec = spec_encoder(encoder_w, encoder_cfg, feats[0, :L].to(torch.float64).numpy())
+                    check["encoder"] = diff(e_spec, enc_hf[clip])
+                except Exception as exc:
+                    check["encoder"] = f"{type(exc).__name__}: {exc}"
+                    log(traceback.format_exc())
+            try:
+                if kind == "ctc":
+                    w = pick_weights(weights, ["ctc_head.weight", "ctc_head.bias"])
+                    spec_logits = enc_hf[clip] @ w["ctc_head.weight"][:, :, 0].T + w["ctc_head.bias"]
+                    check["logits"] = diff(spec_logits, logits[0, :T].numpy())
+                    s_tokens, s_frames, _, _ = spec_ctc(spec_logits, blank)
+                    check["decode_equal"] = s_tokens == result["tokens"] and s_frames == result["frames"]
+                    if e_spec is not None:
+                        c_tokens, c_frames, _, _ = spec_ctc(
+                            e_spec @ w["ctc_head.weight"][:, :, 0].T + w["ctc_head.bias"], blank)
+                        check["chain_decode_equal"] = c_tokens == result["tokens"] and c_frames == result["frames"]
+                elif spec_decoder is not None:
+                    check["projected"] = diff(spec_decoder.project(enc_hf[clip]), projected[0, :T].numpy())
+                    mine = spec_decoder.decode(spec_decoder.project(enc_hf[clip]))
+                    keys = ("tokens", "frames", "durations")
+                    check["decode_equal"] = all(mine[k] == result[k] for k in keys)
+                    if not check["decode_equal"]:
+                        check["decode_spec"] = {k: mine[k] for k in keys}
+                    if e_spec is not None:
+                        chain = spec_decoder.decode(spec_decoder.project(e_spec))
+                        check["chain_decode_equal"] = all(chain[k] == result[k] for k in keys)
+            except Exception as exc:
+                check["decode"] = f"{type(exc).__name__}: {exc}"
+                log(traceback.format_exc())
+            check["text_equal"] = texts.get("transformers") == texts["spec"]
+            spec_check[clip] = check
+            log(f"{name} {clip}: L={L} T={T} tokens={len(result['tokens'])} {json.dumps(jsonable(check))}")
+
+        # activation statistics (jfk): every block output at the valid frames
+        activations = {}
+        try:
+            feats, mask = self.features(processor, self.audio[CLIPS[0]])
+            T = valid_encoder_frames(int(mask.sum()))
+            with torch.no_grad():
+                enc = model.encoder(input_features=feats, attention_mask=mask, output_hidden_states=True)
+            for i, h in enumerate(enc.hidden_states or ()):
+                h = h[0, :T]
+                activations[f"hidden_states[{i}]"] = dict(std=float(h.std()), max_abs=float(h.abs().max()))
+            E = enc_hf[CLIPS[0]]
+            cos = (E[1:] * E[:-1]).sum(1) / (np.linalg.norm(E[1:], axis=1) * np.linalg.norm(E[:-1], axis=1))
+            activations["encoder_output_consecutive_frame_cosine_mean"] = float(cos.mean())
+        except Exception as exc:
+            activations["error"] = f"{type(exc).__name__}: {exc}"
+
+        # the three clips as one padded batch
+        batch = {}
+        try:
+            feats_b, mask_b = self.features(processor, [self.audio[c] for c in CLIPS])
+            with torch.no_grad():
+                if kind == "ctc":
+                    hidden_b = model.encoder(input_features=feats_b, attention_mask=mask_b).last_hidden_state
+                    generated = model.generate(input_features=feats_b, attention_mask=mask_b)
+                    seq_b = generated.sequences if hasattr(generated, "sequences") else generated
+                    dur_b = None
+                else:
+                    hidden_b, _, _ = self.audio_features(model, feats_b, mask_b)
+                    seq_b, dur_b = self.generate_transducer(model, feats_b, mask_b)
+            put("batch.sequences", seq_b, "generate() output for the padded batch of the three clips")
+            if dur_b is not None:
+                put("batch.durations", dur_b, "generate() durations for the batch")
+            lengths = [int(v) for v in mask_b.sum(-1)]
+            put("batch.feature_frames", lengths, "valid feature frames per row")
+            put("batch.encoder_frames", [valid_encoder_frames(v) for v in lengths], "valid encoder frames per row")
+            for row, clip in enumerate(CLIPS):
+                L = lengths[row]
+                T = valid_encoder_frames(L)
+                seq = [int(v) for v in seq_b[row]]
+                if kind == "ctc":
+                    tokens, frames = self.collapse(seq[:T], blank)
+                    res = dict(tokens=tokens, frames=frames)
+                else:
+                    res = self.walk_transducer(seq, [int(v) for v in dur_b[row]], blank, T)
+                batch[clip] = dict(
+                    features=diff(feats_b[row, :L].numpy(), tensors[f"features.{clip}"].numpy()),
+                    encoder=diff(hidden_b[row, :T].numpy(), tensors[f"encoder.{clip}"].numpy()),
+                    decode_equal_to_single=all(res[k] == singles[clip][k] for k in res if k in
+                                               ("tokens", "frames", "durations")),
+                    nan_in_padded_rows=bool(torch.isnan(hidden_b[row]).any()),
+                )
+        except Exception as exc:
+            self.error(f"{name}: batched run", exc)
+            batch["error"] = f"{type(exc).__name__}: {exc}"
+
+        verdict = None
+        try:
+            verdict = self.decide(spec, layout, weights, enc_hf, padded_frames)
+        except Exception as exc:
+            self.error(f"{name}: statistics", exc)
+        stats = dict(verdict["stats"]) if verdict else {}
+        if verdict:
+            stats["unmet_wishes"] = verdict["required"] + verdict["optional"]
+            stats["per_clip"] = {c: {k: v for k, v in verdict["per_clip"][c].items() if k not in ("tokens", "frames",
+                                                                                                   "durations")}
+                                 for c in CLIPS}
+            for key in ("_advances", "_zero_duration_tokens", "_forced_advances"):
+                if key in verdict["per_clip"]:
+                    stats[key.strip("_")] = verdict["per_clip"][key]
+        stats["activations"] = activations
+        margins = dict(min_top2_gap=stats.get("min_gap"),
+                       what="smallest top-2 logit gap over every greedy decision of the three clips "
+                            "(CTC: each valid frame; RNN-T: each step's token; TDT: each step's token and "
+                            "duration), float64 from transformers' encoder output")
+
+        def all_true(key):
+            values = [c.get(key) for c in spec_check.values()]
+            return all(v is True for v in values)
+
+        def worst(key):
+            values = [c[key]["rel"] for c in spec_check.values()
+                      if isinstance(c.get(key), dict) and c[key].get("rel") is not None]
+            return max(values) if values else None
+
+        spec_summary = dict(features_rel=worst("features"), encoder_rel=worst("encoder"),
+                            logits_rel=worst("logits"), projected_rel=worst("projected"),
+                            decode_equal=all_true("decode_equal"), chain_decode_equal=all_true("chain_decode_equal"),
+                            text_equal=all_true("text_equal"))
+        batch_summary = dict(
+            decode_equal_to_single=all(b.get("decode_equal_to_single") is True for k, b in batch.items()
+                                       if k in CLIPS) if "error" not in batch else False,
+            encoder_max_abs_diff=max((b["encoder"].get("max_abs_diff", float("inf")) for k, b in batch.items()
+                                      if k in CLIPS), default=None),
+        )
+        log(f"{name}: spec check {json.dumps(jsonable(spec_summary))}; batch {json.dumps(jsonable(batch_summary))}")
+        info = dict(audio=clips_info, tensors=described, decode=decode, batch=batch, stats=stats, margins=margins,
+                    spec_check=spec_check, spec_check_summary=spec_summary, batch_summary=batch_summary,
+                    library_messages=sorted(set(HF_MESSAGES))[:50])
+        return tensors, info
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------
+
+
+def run_check():
+    """The stand-in filterbank against the value table and librosa's whisper filterbanks, directly
+    and through an installed stand-in package."""
+    ok, report = check_filterbank(slaney_module()["mel"])
+    print("filterbank (direct):", "OK" if ok else "FAILED", json.dumps(report))
+    root = tempfile.mkdtemp(prefix="parakeet-check-")
+    try:
+        installed = install_stand_in_packages(root)
+        import importlib.metadata
+
+        import librosa
+
+        ok2, report2 = check_filterbank(librosa.filters.mel)
+        print(f"filterbank via `import librosa` ({librosa.__file__}, version "
+              f"{importlib.metadata.version('librosa')}, installed here: {installed}):",
+              "OK" if ok2 else "FAILED", json.dumps(report2))
+        import soxr  # noqa: F401  (transformers.audio_utils imports it next to librosa)
+
+        ok = ok and ok2
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    print("check:", "OK" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+def run_selftest():
+    """The numpy parts: tokenizer layout, convolution, relative shift, encoder and decoders on
+    random weights, features of a real clip."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    # tokenizer layouts
+    for kind in TOKEN_LAYOUT:
+        a, b = token_layout(kind), token_layout(kind)
+        assert a == b, "BPE training must be deterministic"
+        assert len(a["pieces"]) == TINY["vocab_size"] and a["pieces"][a["blank"]] == TOKEN_LAYOUT[kind]["tail"]
+        vocab = set(a["bpe_vocab"])
+        for left, right in a["merges"]:
+            assert left in vocab and right in vocab and left + right in vocab, (left, right)
+        ids = bpe_encode("And so, my fellow Americans: ask not", a)
+        assert spec_text(ids, a) == "And so, my fellow Americans: ask not"
+        print(f"layout {kind}: {len(a['merges'])} merges, specials {a['special_ids']}, blank {a['blank']}, "
+              f"pad tok/config {a['tokenizer_pad']}/{a['config_pad']}, e.g. {ids} -> {spec_text(ids, a)!r}")
+    # convolution against a direct loop
+    x = rng.standard_normal((3, 7, 6))
+    w = rng.standard_normal((4, 3, 3, 3))
+    b = rng.standard_normal(4)
+    got = spec_conv2d(x, w, b, 2, 1, 1)
+    xp = np.pad(x, ((0, 0), (1, 1), (1, 1)))
+    want = np.zeros_like(got)
+    for o in range(4):
+        for i in range(got.shape[1]):
+            for j in range(got.shape[2]):
+                want[o, i, j] = (xp[:, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3] * w[o]).sum() + b[o]
+    assert np.allclose(got, want)
+    wd = rng.standard_normal((3, 1, 3, 3))
+    got = spec_conv2d(x, wd, b[:3], 2, 1, 3)
+    for o in range(3):
+        for i in range(got.shape[1]):
+            for j in range(got.shape[2]):
+                want[o, i, j] = (xp[o, 2 * i : 2 * i + 3, 2 * j : 2 * j + 3] * wd[o, 0]).sum() + b[o]
+    assert np.allclose(got, want[:3])
+    # Transformer-XL shift as transformers does it == the gather of spec_encoder
+    T, H = 6, 2
+    raw = rng.standard_normal((H, T, 2 * T - 1))  # columns: positions T-1 .. -(T-1)
+    shifted = np.concatenate([np.zeros((H, T, 1)), raw], axis=-1).reshape(H, 2 * T, T)[:, 1:]
+    shifted = shifted.reshape(H, T, 2 * T - 1)[:, :, :T]
+    by_r = raw[:, :, ::-1]  # columns: positions -(T-1) .. T-1, i.e. index r + T - 1
+    index = np.arange(T)[:, None] - np.arange(T)[None, :] + T - 1
+    gathered = np.take_along_axis(by_r, np.broadcast_to(index[None], (H, T, T)), axis=2)
+    assert np.allclose(shifted, gathered)
+    # subsampled lengths
+    for L in range(0, 3000):
+        assert valid_encoder_frames(L) == -(-L // 8), L
+    # encoder and transducer on random weights
+    d, heads, f, C, M, Hd, V = 16, 2, 32, 4, 80, 12, 20
+    F3 = conv_out(conv_out(conv_out(M)))
+    W = {"subsampling.layers.0.weight": rng.standard_normal((C, 1, 3, 3)) / 3,
+         "subsampling.layers.0.bias": rng.standard_normal(C) * 0.1,
+         "subsampling.linear.weight": rng.standard_normal((d, C * F3)) / math.sqrt(C * F3),
+         "subsampling.linear.bias": rng.standard_normal(d) * 0.1}
+    for dw, pw in ((2, 3), (5, 6)):
+        W[f"subsampling.layers.{dw}.weight"] = rng.standard_normal((C, 1, 3, 3)) / 3
+        W[f"subsampling.layers.{dw}.bias"] = rng.standard_normal(C) * 0.1
+        W[f"subsampling.layers.{pw}.weight"] = rng.standard_normal((C, C, 1, 1)) / math.sqrt(C)
+        W[f"subsampling.layers.{pw}.bias"] = rng.standard_normal(C) * 0.1
+    p = "layers.0."
+    for n in ("norm_feed_forward1", "norm_self_att", "norm_conv", "norm_feed_forward2", "norm_out"):
+        W[p + n + ".weight"] = 1 + 0.1 * rng.standard_normal(d)
+        W[p + n + ".bias"] = 0.1 * rng.standard_normal(d)
+    for n in ("feed_forward1", "feed_forward2"):
+        W[p + n + ".linear1.weight"] = rng.standard_normal((f, d)) / math.sqrt(d)
+        W[p + n + ".linear2.weight"] = rng.standard_normal((d, f)) / math.sqrt(f)
+    for n in ("q_proj", "k_proj", "v_proj", "o_proj", "relative_k_proj"):
+        W[p + "self_attn." + n + ".weight"] = rng.standard_normal((d, d)) / math.sqrt(d)
+    W[p + "self_attn.bias_u"] = rng.standard_normal((heads, d // heads)) * 0.3
+    W[p + "self_attn.bias_v"] = rng.standard_normal((heads, d // heads)) * 0.3
+    W[p + "conv.pointwise_conv1.weight"] = rng.standard_normal((2 * d, d, 1)) / math.sqrt(d)
+    W[p + "conv.depthwise_conv.weight"] = rng.standard_normal((d, 1, 9)) / 3
+    W[p + "conv.pointwise_conv2.weight"] = rng.standard_normal((d, d, 1)) / math.sqrt(d)
+    W[p + "conv.norm.weight"] = 1 + 0.1 * rng.standard_normal(d)
+    W[p + "conv.norm.bias"] = 0.1 * rng.standard_normal(d)
+    W[p + "conv.norm.running_mean"] = 0.2 * rng.standard_normal(d)
+    W[p + "conv.norm.running_var"] = rng.uniform(0.5, 2.0, d)
+    audio = read_wav(os.path.join(AUDIO_DIR, "jfk.wav"))
+    feats = spec_features(audio, slaney_module()["mel"](sr=16000, n_fft=512, n_mels=M))
+    assert feats.shape == (len(audio) // 160, M) and np.isfinite(feats).all()
+    assert np.abs(feats.mean(0)).max() < 1e-9 and np.abs(feats.std(0, ddof=1) - 1).max() < 1e-3
+    cfg = dict(hidden_size=d, num_attention_heads=heads, num_hidden_layers=1, scale_input=True,
+               subsampling_factor=8, conv_kernel_size=9)
+    enc = spec_encoder(W, cfg, feats)
+    assert enc.shape == (valid_encoder_frames(feats.shape[0]), d) and np.isfinite(enc).all()
+    D = {"encoder_projector.weight": rng.standard_normal((Hd, d)) / math.sqrt(d),
+         "encoder_projector.bias": 0.1 * rng.standard_normal(Hd),
+         "decoder.embedding.weight": rng.standard_normal((V, Hd)),
+         "decoder.decoder_projector.weight": rng.standard_normal((Hd, Hd)) / math.sqrt(Hd),
+         "decoder.decoder_projector.bias": 0.1 * rng.standard_normal(Hd)}
+    for layer in range(2):
+        D[f"decoder.lstm.weight_ih_l{layer}"] = rng.standard_normal((4 * Hd, Hd)) / math.sqrt(Hd)
+        D[f"decoder.lstm.weight_hh_l{layer}"] = rng.standard_normal((4 * Hd, Hd)) / math.sqrt(Hd)
+        D[f"decoder.lstm.bias_ih_l{layer}"] = 0.2 * rng.standard_normal(4 * Hd)
+        D[f"decoder.lstm.bias_hh_l{layer}"] = 0.2 * rng.standard_normal(4 * Hd)
+    for kind in ("rnnt", "tdt"):
+        out_dim = V + (5 if kind == "tdt" else 0)
+        D["joint.head.weight"] = rng.standard_normal((out_dim, Hd)) * 6 / math.sqrt(Hd)
+        D["joint.head.bias"] = 0.1 * rng.standard_normal(out_dim)
+        D["joint.head.bias"][V - 1] += 4.0
+        if kind == "tdt":
+            D["joint.head.bias"][V] -= 6.0  # duration 0 rarely: random weights loop on one frame
+        st = SpecTransducer(D, 2, V, V - 1, durations=[0, 1, 2, 3, 4] if kind == "tdt" else None, max_symbols=3)
+        res = st.decode(st.project(enc))
+        steps = res["steps"]
+        assert not res["hit_step_limit"] and steps[-1]["frame"] + steps[-1]["advance"] >= enc.shape[0]
+        run = 0
+        for a, s in enumerate(steps):
+            assert s["advance"] >= (1 if s["token"] == V - 1 else 0)
+            if a:
+                assert s["frame"] == steps[a - 1]["frame"] + steps[a - 1]["advance"]
+            run = run + 1 if (s["token"] != V - 1 and s["advance"] == 0) else 0
+            if kind == "rnnt":
+                assert s["advance"] in (0, 1) and run < 3
+        print(f"{kind} on random weights: {len(steps)} steps over {enc.shape[0]} frames, {len(res['tokens'])} "
+              f"tokens, forced advances {res['forced_advances']}")
+    print(f"features of jfk.wav: {feats.shape}; encoder output {enc.shape}")
+    print("selftest: OK")
+    return 0
+
+
+def run_oracle(args):
+    global LOG_PATH
+    out_dir = os.path.abspath(args.out or DEFAULT_OUT)
+    os.makedirs(out_dir, exist_ok=True)
+    LOG_PATH = os.path.join(out_dir, "log.txt")
+    with open(LOG_PATH, "w", encoding="utf-8"):
+        pass
+    # Before transformers is imported: it decides at import time whether librosa exists.
+    stand_ins = install_stand_in_packages(tempfile.mkdtemp(prefix="parakeet-oracle-"))
+    log("stand-in packages:", stand_ins or "none needed")
+    t0 = time.time()
+    oracle = None
+    try:
+        capture_library_messages()
+        try:
+            dump_library_sources(out_dir)
+        except Exception as exc:
+            log("could not pack the transformers sources:", exc)
+        oracle = Oracle(out_dir, args, stand_ins)
+        for name, spec in MODELS.items():
+            if args.only and name not in args.only:
+                continue
+            try:
+                oracle.build(name, spec)
+            except Exception as exc:
+                oracle.error(f"{name}: build", exc)
+    except Exception as exc:
+        log("FATAL", type(exc).__name__, exc)
+        log(traceback.format_exc())
+    finally:
+        summary = {"seconds": round(time.time() - t0, 1)}
+        if oracle is not None:
+            summary.update(models=oracle.summary, errors=oracle.errors, versions=oracle.versions,
+                           filterbank=oracle.filterbank_report)
+        log("SUMMARY", json.dumps(jsonable(summary), indent=1))
+    return 1 if oracle is None or oracle.errors else 0
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", nargs="?", help="output folder (default: tests/data/parakeet; on the GPU machine: $OUT)")
+    parser.add_argument("--check", action="store_true", help="check the stand-in librosa filterbank only (numpy)")
+    parser.add_argument("--selftest", action="store_true", help="check the numpy parts only")
+    parser.add_argument("--only", nargs="*", help="model names to build (default: all)")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--max-seeds", type=int, default=400)
+    parser.add_argument("--seed-budget", type=float, default=150.0, help="seconds of seed search per model")
+    parser.add_argument("--gap-target", type=float, default=2e-3,
+                        help="wanted minimum top-2 logit gap over all greedy decisions")
+    args = parser.parse_args()
+    if args.check:
+        sys.exit(run_check())
+    if args.selftest:
+        sys.exit(run_selftest())
+    sys.exit(run_oracle(args))
+
+
+if __name__ == "__main__":
+    main()

@@ -44,8 +44,9 @@ Buffer::Buffer(size_t bytes) {
     cudaGetLastError();
     size_t free_bytes = 0, total_bytes = 0;
     cudaMemGetInfo(&free_bytes, &total_bytes);
-    fail("out of GPU memory: ", gib(bytes), " asked for, ", gib(free_bytes), " of ",
-         gib(total_bytes), " free (try a smaller --batch-size or a quantized model)");
+    throw OutOfMemory("out of GPU memory: " + gib(bytes) + " asked for, " + gib(free_bytes) +
+                      " of " + gib(total_bytes) +
+                      " free (try a smaller --batch-size or a quantized model)");
   }
   check(status, "cudaMalloc");
   bytes_ = bytes;

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "features/whisper_mel.h"
 #include "models/whisper/logit_rules.h"
 #include "models/whisper/search.h"
@@ -307,12 +308,12 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
   }
   std::vector<std::vector<int32_t>> all_tokens(recordings.size());
 
-  for (size_t first = 0; first < queue.size(); first += options.batch_size) {
-    const std::span<const Window> batch =
-        std::span(queue).subspan(first, std::min<size_t>(options.batch_size, queue.size() - first));
+  // Decodes a batch of windows (nothing else changes, so a batch that runs out of device memory
+  // can be tried again in halves).
+  auto decode_batch = [&](std::span<const Window> batch, std::vector<Prompt>& prompts) {
     const int count = static_cast<int>(batch.size());
     std::vector<float> batch_mel;
-    std::vector<Prompt> prompts;
+    prompts.clear();
     for (const Window& w : batch) {
       const Recording& recording = recordings[w.recording];
       const std::vector<float> window =
@@ -338,6 +339,24 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
                                           max_tokens, random);
       }
     }
+    return decoded;
+  };
+
+  size_t batch_size = static_cast<size_t>(options.batch_size);
+  for (size_t first = 0; first < queue.size();) {
+    const std::span<const Window> batch =
+        std::span(queue).subspan(first, std::min(batch_size, queue.size() - first));
+    const int count = static_cast<int>(batch.size());
+    std::vector<Prompt> prompts;
+    std::vector<Decoded> decoded;
+    try {
+      decoded = decode_batch(batch, prompts);
+    } catch (const OutOfMemory& error) {
+      if (count == 1) throw;
+      batch_size = static_cast<size_t>(count) / 2;
+      log::warn(error.what(), "; going on with batches of ", batch_size, " windows");
+      continue;
+    }
     for (int i = 0; i < count; ++i) {
       const Window& w = batch[i];
       WindowReport report = report_of(prompts[i], decoded[i], w.seek, w.frames, options);
@@ -349,8 +368,9 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
       }
       if (options.on_window) options.on_window(report);
     }
+    first += count;
     if (options.on_progress) {
-      options.on_progress(static_cast<double>(first + count) / static_cast<double>(queue.size()));
+      options.on_progress(static_cast<double>(first) / static_cast<double>(queue.size()));
     }
   }
 }

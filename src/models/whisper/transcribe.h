@@ -62,7 +62,8 @@ struct Options {
   // > 1: faster-whisper's batched mode. The audio is cut into consecutive 30-s windows that are
   // decoded independently (no earlier text in the prompt; the initial prompt leads each), up to
   // batch_size of them at once: encoded as one batch and, greedy, decoded as one batch on the
-  // GPU. Windows that need fallback are decoded again one by one. Text after a window's last
+  // GPU. A batch that does not fit in GPU memory is tried again in halves (a warning says so).
+  // Windows that need fallback are decoded again one by one. Text after a window's last
   // timestamp pair ends that window as a segment of its own. 1: openai's sequential loop, where
   // each window starts at the previous one's last timestamp.
   int batch_size = 1;
