@@ -213,19 +213,24 @@ std::vector<float> MelSpectrogram::compute(std::span<const float> samples,
       for (float& v : out) v = static_cast<float>((std::max<double>(v, ceiling - 8.0) + 4.0) / 4.0);
       break;
     }
-    case Normalization::per_feature:
+    case Normalization::per_feature: {
+      const int64_t valid = c.last_frame_is_padding ? frames - 1 : frames;
       for (int m = 0; m < c.n_mels; ++m) {
         float* row = &out[static_cast<size_t>(m) * frames];
         double mean = 0.0;
-        for (int64_t t = 0; t < frames; ++t) mean += row[t];
-        mean /= static_cast<double>(frames);
+        for (int64_t t = 0; t < valid; ++t) mean += row[t];
+        mean /= static_cast<double>(std::max<int64_t>(valid, 1));
         double variance = 0.0;
-        for (int64_t t = 0; t < frames; ++t) variance += (row[t] - mean) * (row[t] - mean);
-        variance = frames > 1 ? variance / static_cast<double>(frames - 1) : 0.0;
+        for (int64_t t = 0; t < valid; ++t) variance += (row[t] - mean) * (row[t] - mean);
+        variance = valid > 1 ? variance / static_cast<double>(valid - 1) : 0.0;
         const double scale = 1.0 / (std::sqrt(variance) + 1e-5);
-        for (int64_t t = 0; t < frames; ++t) row[t] = static_cast<float>((row[t] - mean) * scale);
+        for (int64_t t = 0; t < valid; ++t) row[t] = static_cast<float>((row[t] - mean) * scale);
       }
       break;
+    }
+  }
+  if (c.last_frame_is_padding) {
+    for (int m = 0; m < c.n_mels; ++m) out[static_cast<size_t>(m) * frames + frames - 1] = 0.0f;
   }
   return out;
 }

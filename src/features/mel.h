@@ -53,6 +53,9 @@ struct MelConfig {
   MelScale mel_scale = MelScale::slaney;
   FilterNorm filter_norm = FilterNorm::slaney;
   bool drop_last_frame = false;  // Whisper drops the STFT's final frame
+  // NeMo keeps it but counts only (n + 2·(n_fft/2) − n_fft) / hop = frames − 1 frames as audio:
+  // the last is left out of the normalisation and set to 0.
+  bool last_frame_is_padding = false;
   LogKind log = LogKind::log10;
   double log_floor = 0;  // log(max(x, log_floor)) when > 0 (Whisper: 1e-10)
   double log_guard = 0;  // log(x + log_guard) when > 0 (NeMo: 2^-24)

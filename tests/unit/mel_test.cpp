@@ -14,6 +14,7 @@
 #include "audio/audio.h"
 #include "base/error.h"
 #include "features/fft.h"
+#include "features/nemo_mel.h"
 #include "features/whisper_mel.h"
 
 namespace {
@@ -230,6 +231,27 @@ TEST(MelSpectrogram, OtherFrontEndOptions) {
     for (int64_t t = 0; t < frames; ++t) square += std::pow(out[m * frames + t] - mean, 2);
     EXPECT_NEAR(mean, 0.0, 1e-5) << m;
     EXPECT_NEAR(std::sqrt(square / double(frames - 1)), 1.0, 1e-3) << m;
+  }
+}
+
+// NeMo (Parakeet): the STFT's last frame is padding, left out of the per-channel statistics and
+// zeroed; the frames before it are normalised over themselves alone.
+TEST(NemoMel, NormalisesTheAudioFramesAndZeroesTheLast) {
+  const features::MelSpectrogram mel(features::nemo_mel_config(128));
+  const std::vector<float> signal = random_signal(16000 + 37, 5);
+  const auto out = mel.compute(signal);
+  const int64_t frames = mel.frame_count(signal.size());
+  ASSERT_EQ(frames, int64_t(signal.size()) / 160 + 1);
+  ASSERT_EQ(out.size(), size_t(128 * frames));
+  const int64_t valid = frames - 1;
+  for (int m = 0; m < 128; ++m) {
+    double mean = 0.0, square = 0.0;
+    for (int64_t t = 0; t < valid; ++t) mean += out[m * frames + t];
+    mean /= double(valid);
+    for (int64_t t = 0; t < valid; ++t) square += std::pow(out[m * frames + t] - mean, 2);
+    EXPECT_NEAR(mean, 0.0, 1e-5) << m;
+    EXPECT_NEAR(std::sqrt(square / double(valid - 1)), 1.0, 1e-3) << m;
+    EXPECT_EQ(out[m * frames + valid], 0.0f) << m;
   }
 }
 

@@ -22,9 +22,12 @@ tokenizer is a SentencePiece-style BPE (pieces marked with U+2581, Metaspace dec
 deterministically, on a few sentences, with the special tokens laid out as in the real checkpoints.
 
 Weights are seeded random, shaped so that activations stay O(1) and greedy decoding emits varied
-tokens; the blank logit gets an offset so that about half of the decisions (CTC: two thirds) are
-blank. The seed is the first whose every greedy decision (tokens; TDT durations too) has a top-2
-logit gap of at least --gap-target (2e-3), so float32 round-off elsewhere cannot flip a token.
+tokens: the head biases are then calibrated on the clips (calibrate_heads: centred on the mean
+encoder output so that tokens follow the audio; TDT duration 0 made rare, or random weights loop on
+one frame; the blank raised until it takes about half of the decisions, CTC two thirds). The seed is
+the first whose every greedy decision (tokens; TDT durations too) has a top-2 logit gap of at least
+--gap-target (2e-3), so that float32 round-off elsewhere cannot flip a token, and whose decoding
+exercises the paths (RNN-T guard, TDT duration 0) without hitting generate()'s length cap.
 
 Everything is computed in float32 on the CPU from the model re-loaded from its files. The oracle also
 carries its own float64 numpy implementation of docs/parakeet.md (features, encoder, decoders) and
@@ -42,11 +45,12 @@ the repository root, writing into the folder the run tool provides:
 
     PYTHONUNBUFFERED=1 python3 tools/oracle/parakeet.py "$OUT"
 
-It writes $OUT/tiny-random-{ctc,rnnt,tdt}/, $OUT/log.txt (ends with a JSON summary) and
-$OUT/transformers-parakeet-src.tar.gz (the library sources whose behaviour was recorded, for
-reading). Unpack the results here with
+It writes $OUT/tiny-random-{ctc,rnnt,tdt}/, $OUT/README.md, $OUT/log.txt (ends with a JSON
+summary) and $OUT/transformers-parakeet-src.tar.gz (the library sources whose behaviour was
+recorded, for reading; not for the repository). It takes a minute or two (most of it the seed
+search; at most --seed-budget seconds per model). Copy the results here with
 
-    cp -r <fetched>/tiny-random-* tests/data/parakeet/
+    cp -r <fetched>/tiny-random-* <fetched>/README.md tests/data/parakeet/
 
 Without an argument it writes into tests/data/parakeet/. Checks that need only numpy:
 
@@ -1140,7 +1144,7 @@ class Oracle:
         self.args = args
         self.errors = []
         self.summary = {}
-        torch.set_num_threads(max(1, min(16, os.cpu_count() or 1)))
+        torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))  # tiny tensors: more threads only add overhead
         torch.manual_seed(0)
         self.versions = {
             "python": platform.python_version(),
@@ -1194,6 +1198,16 @@ class Oracle:
                 report[f"vs_audio_utils_mel_filter_bank_{n_mels}"] = float(np.abs(theirs - mine).max())
         except Exception as exc:
             report["vs_audio_utils_mel_filter_bank"] = f"{type(exc).__name__}: {exc}"
+        try:
+            for n_mels in (80, 128):
+                fe = self.hf("ParakeetFeatureExtractor")(feature_size=n_mels)
+                mine = librosa.filters.mel(sr=SAMPLE_RATE, n_fft=512, n_mels=n_mels, fmin=0.0, fmax=8000.0,
+                                           norm="slaney")
+                theirs = getattr(fe, "mel_filters", None)
+                report[f"feature_extractor_mel_filters_equal_{n_mels}"] = (
+                    None if theirs is None else bool(np.array_equal(np.asarray(theirs, dtype=np.float32), mine)))
+        except Exception as exc:
+            report["feature_extractor_mel_filters"] = f"{type(exc).__name__}: {exc}"
         log("filterbank check:", json.dumps(jsonable(report)))
         if not ok:
             self.errors.append(f"filterbank check failed: {report}")
@@ -1480,9 +1494,17 @@ class Oracle:
         return enc.last_hidden_state, model.encoder_projector(enc.last_hidden_state), enc.attention_mask
 
     def generate_transducer(self, model, feats, mask):
+        """(sequences, durations) of greedy generate(); some versions hand out the durations only
+        with return_timestamps=True."""
         out = model.generate(input_features=feats, attention_mask=mask, return_dict_in_generate=True)
         sequences = out.sequences if hasattr(out, "sequences") else out
         durations = getattr(out, "durations", None)
+        if durations is None:
+            out = model.generate(input_features=feats, attention_mask=mask, return_dict_in_generate=True,
+                                 return_timestamps=True)
+            durations = getattr(out, "durations", None)
+            if durations is None:
+                durations = getattr(out, "token_durations", None)
         return sequences, durations
 
     @staticmethod
@@ -1540,7 +1562,7 @@ class Oracle:
         return out
 
     def build(self, name, spec):
-        torch, np = self.torch, self.np
+        torch = self.torch
         kind = spec["kind"]
         t_start = time.time()
         folder = os.path.join(self.out_dir, name)
@@ -1582,8 +1604,9 @@ class Oracle:
         saved_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
         reloaded = self.reload(model_cls, folder)
-        reload_equal = all(torch.equal(saved_state[k], v) for k, v in reloaded.state_dict().items()) and \
-            set(saved_state) == set(reloaded.state_dict())
+        reloaded_state = reloaded.state_dict()
+        reload_equal = set(saved_state) == set(reloaded_state) and all(
+            torch.equal(saved_state[k], v) for k, v in reloaded_state.items())
         try:
             processor_reloaded = self.hf("ParakeetProcessor").from_pretrained(folder)
             processor_note = type(processor_reloaded).__name__
@@ -1653,9 +1676,10 @@ class Oracle:
         bank = librosa.filters.mel(sr=SAMPLE_RATE, n_fft=512, n_mels=spec["num_mel_bins"], fmin=0.0, fmax=8000.0,
                                    norm="slaney")
 
-        def put(key, value, what, dtype=None):
-            t = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
-            t = t.to(dtype or (torch.int32 if not t.is_floating_point() else torch.float32)).contiguous().clone()
+        def put(key, value, what, integer=False):
+            """F32 tensors, or I32 for ids, frames and lengths (also when the list is empty)."""
+            t = value if isinstance(value, torch.Tensor) else torch.as_tensor(np.asarray(value))
+            t = t.to(torch.int32 if integer else torch.float32).contiguous().clone()
             tensors[key] = t
             described[key] = dict(shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""), what=what)
 
@@ -1714,7 +1738,7 @@ class Oracle:
             put(f"features.{clip}", feats[0, :L], "input_features, valid frames [L, M]")
             put(f"encoder.{clip}", E, "encoder last_hidden_state, valid frames [T, d]")
             seq = [int(v) for v in sequences[0]]
-            put(f"hf_sequences.{clip}", seq, "generate() output for the clip alone")
+            put(f"hf_sequences.{clip}", seq, "generate() output for the clip alone", integer=True)
             if kind == "ctc":
                 put(f"logits.{clip}", logits[0, :T], "ctc_head logits, valid frames [T, V]")
                 tokens, frames = self.collapse(seq[:T], blank)
@@ -1725,15 +1749,16 @@ class Oracle:
                 if durations is None:
                     raise RuntimeError("generate() returned no durations")
                 dur = [int(v) for v in durations[0]]
-                put(f"hf_durations.{clip}", dur, "generate() durations for the clip alone (first = 0)")
+                put(f"hf_durations.{clip}", dur, "generate() durations for the clip alone (first = 0)", integer=True)
                 info["sequence_and_durations_same_length"] = len(dur) == len(seq)
                 result = self.walk_transducer(seq, dur, blank, T)
                 info["generate_steps"] = len(seq) - 1
                 info["generate_finished_inside_output"] = result["finished"]
-            put(f"tokens.{clip}", result["tokens"], "emitted token ids")
-            put(f"frames.{clip}", result["frames"], "encoder frame of each emitted token")
+            put(f"tokens.{clip}", result["tokens"], "emitted token ids", integer=True)
+            put(f"frames.{clip}", result["frames"], "encoder frame of each emitted token", integer=True)
             if kind == "tdt":
-                put(f"durations.{clip}", result["durations"], "TDT duration (frames) of each emitted token")
+                put(f"durations.{clip}", result["durations"], "TDT duration (frames) of each emitted token",
+                    integer=True)
             singles[clip] = result
             texts = self.texts(processor, layout, kind, seq, None if kind == "ctc" else dur, result["tokens"])
             decode[clip] = dict(result, text=texts)
@@ -1811,12 +1836,13 @@ class Oracle:
                 else:
                     hidden_b, _, _ = self.audio_features(model, feats_b, mask_b)
                     seq_b, dur_b = self.generate_transducer(model, feats_b, mask_b)
-            put("batch.sequences", seq_b, "generate() output for the padded batch of the three clips")
+            put("batch.sequences", seq_b, "generate() output for the padded batch of the three clips", integer=True)
             if dur_b is not None:
-                put("batch.durations", dur_b, "generate() durations for the batch")
+                put("batch.durations", dur_b, "generate() durations for the batch", integer=True)
             lengths = [int(v) for v in mask_b.sum(-1)]
-            put("batch.feature_frames", lengths, "valid feature frames per row")
-            put("batch.encoder_frames", [valid_encoder_frames(v) for v in lengths], "valid encoder frames per row")
+            put("batch.feature_frames", lengths, "valid feature frames per row", integer=True)
+            put("batch.encoder_frames", [valid_encoder_frames(v) for v in lengths], "valid encoder frames per row",
+                integer=True)
             for row, clip in enumerate(CLIPS):
                 L = lengths[row]
                 T = valid_encoder_frames(L)
@@ -1896,6 +1922,7 @@ def run_check():
     root = tempfile.mkdtemp(prefix="parakeet-check-")
     try:
         installed = install_stand_in_packages(root)
+        import importlib
         import importlib.metadata
 
         import librosa
@@ -1904,7 +1931,7 @@ def run_check():
         print(f"filterbank via `import librosa` ({librosa.__file__}, version "
               f"{importlib.metadata.version('librosa')}, installed here: {installed}):",
               "OK" if ok2 else "FAILED", json.dumps(report2))
-        import soxr  # noqa: F401  (transformers.audio_utils imports it next to librosa)
+        importlib.import_module("soxr")  # transformers.audio_utils imports it next to librosa
 
         ok = ok and ok2
     finally:
@@ -2031,9 +2058,81 @@ def run_selftest():
                 assert s["advance"] in (0, 1) and run < 3
         print(f"{kind} on random weights: {len(steps)} steps over {enc.shape[0]} frames, {len(res['tokens'])} "
               f"tokens, forced advances {res['forced_advances']}")
+        # the seed search's calibration and judgement on these weights
+        spec = dict(MODELS["tiny-random-" + kind], max_symbols_per_step=3)
+        layout = dict(blank=V - 1, vocab_size=V)
+        deltas, report = calibrate_heads(spec, layout, D, {"jfk": enc}, 2)
+        calibrated = dict(D, **{k: D[k] + v for k, v in deltas.items()})
+        verdict = judge_decisions(spec, layout, calibrated, {"jfk": enc}, {"jfk": enc.shape[0] + 1}, 2e-3, 2)
+        print(f"  calibrated {report}: {verdict['stats']['nonblank_fraction']:.2f} non-blank, "
+              f"unmet {verdict['required'] + verdict['optional']}")
+    C_W = {"ctc_head.weight": rng.standard_normal((V, d, 1)) * 6 / math.sqrt(d), "ctc_head.bias": np.zeros(V)}
+    deltas, report = calibrate_heads(MODELS["tiny-random-ctc"], dict(blank=V - 1, vocab_size=V), C_W, {"jfk": enc}, 2)
+    C_W["ctc_head.bias"] = C_W["ctc_head.bias"] + deltas["ctc_head.bias"]
+    verdict = judge_decisions(MODELS["tiny-random-ctc"], dict(blank=V - 1, vocab_size=V), C_W, {"jfk": enc}, {},
+                              2e-3, 2)
+    assert abs(verdict["stats"]["nonblank_fraction"] - (1 - MODELS["tiny-random-ctc"]["blank_fraction"])) < 0.02
+    print(f"ctc calibrated {report}: {verdict['stats']['nonblank_fraction']:.2f} non-blank")
     print(f"features of jfk.wav: {feats.shape}; encoder output {enc.shape}")
     print("selftest: OK")
     return 0
+
+
+def print_short_summary(summary):
+    """The few numbers that say whether the run is good (the full summary is at the end of log.txt)."""
+    print(f"\n== parakeet oracle: {summary.get('seconds')} s, {len(summary.get('errors', []))} errors")
+    fb = summary.get("filterbank") or {}
+    print(f"filterbank: ok={fb.get('ok')} table max ulps={fb.get('table', {}).get('max_ulps')} "
+          f"vs transformers mel_filter_bank 128: {fb.get('vs_audio_utils_mel_filter_bank_128')}")
+    for name, m in (summary.get("models") or {}).items():
+        stats = m.get("stats") or {}
+        spec = m.get("spec_check_summary") or {}
+        batch = m.get("batch_summary") or {}
+        print(f"{name}: seed {m.get('seed')}, {m.get('bytes')} bytes, reload equal {m.get('reloaded_weights_equal')}")
+        print(f"  decisions {stats.get('decisions')}, non-blank {stats.get('nonblank_fraction')}, emitted "
+              f"{stats.get('emitted_tokens')} ({stats.get('distinct_tokens')} distinct), min gap {stats.get('min_gap')}, "
+              f"advances {stats.get('advances')}, forced {stats.get('forced_advances')}, unmet {stats.get('unmet_wishes')}")
+        print(f"  spec vs transformers: features rel {spec.get('features_rel')}, encoder rel {spec.get('encoder_rel')}, "
+              f"logits rel {spec.get('logits_rel')}, projected rel {spec.get('projected_rel')}, decode "
+              f"{spec.get('decode_equal')}, chain {spec.get('chain_decode_equal')}, text {spec.get('text_equal')}")
+        print(f"  batch: decode equal to alone {batch.get('decode_equal_to_single')}, encoder max abs diff "
+              f"{batch.get('encoder_max_abs_diff')}")
+    for error in summary.get("errors", []):
+        print("ERROR:", error[:300])
+
+
+def write_readme(out_dir, summary):
+    """README.md for the output folder: what the files are and where they came from."""
+    lines = [
+        "# Parakeet reference data",
+        "",
+        "Made by `tools/oracle/parakeet.py` (its header says how to run it again; docs/parakeet.md is the",
+        "specification these files test). Three random-weight models with the real Parakeet structure, shrunk:",
+        "",
+    ]
+    for name, spec in MODELS.items():
+        lines.append(f"- `{name}/`: like {spec['like']} ({spec['kind'].upper()}, {spec['num_mel_bins']} mels, "
+                     f"biases {'on' if spec['bias'] else 'off'}, scale_input {spec['scale_input']})")
+    lines += [
+        "",
+        "Each folder: the files `save_pretrained` writes for the model and its ParakeetProcessor (config.json,",
+        "generation_config.json, model.safetensors in F32, tokenizer and feature-extractor files), plus",
+        "`reference.safetensors` and `reference.json` with transformers' outputs on tests/data/audio/{jfk,beckett,",
+        "librivox-0870}.wav, computed in float32 on the CPU from the re-loaded files:",
+        "",
+    ]
+    lines += [f"- {note}" for note in REFERENCE_NOTES]
+    lines += [
+        "",
+        "The weights are random (no license terms); the tokenizer is a 128-token BPE learnt by the oracle from",
+        "a few sentences (the jfk and librivox transcripts and some of its own).",
+        "",
+        "Run: " + json.dumps({k: summary[k] for k in ("seconds",) if k in summary}) + "; versions: "
+        + json.dumps(summary.get("versions", {})),
+        "",
+    ]
+    with open(os.path.join(out_dir, "README.md"), "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
 
 
 def run_oracle(args):
@@ -2070,7 +2169,12 @@ def run_oracle(args):
         if oracle is not None:
             summary.update(models=oracle.summary, errors=oracle.errors, versions=oracle.versions,
                            filterbank=oracle.filterbank_report)
-        log("SUMMARY", json.dumps(jsonable(summary), indent=1))
+        log("SUMMARY", json.dumps(jsonable(summary), indent=1), quiet=True)
+        print_short_summary(summary)
+        try:
+            write_readme(out_dir, jsonable(summary))
+        except Exception as exc:
+            log("could not write README.md:", exc)
     return 1 if oracle is None or oracle.errors else 0
 
 
@@ -2082,7 +2186,7 @@ def main():
     parser.add_argument("--only", nargs="*", help="model names to build (default: all)")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--max-seeds", type=int, default=400)
-    parser.add_argument("--seed-budget", type=float, default=150.0, help="seconds of seed search per model")
+    parser.add_argument("--seed-budget", type=float, default=90.0, help="seconds of seed search per model")
     parser.add_argument("--gap-target", type=float, default=2e-3,
                         help="wanted minimum top-2 logit gap over all greedy decisions")
     args = parser.parse_args()
