@@ -1,13 +1,19 @@
-// `hark convert HF_DIR -o model.gguf`: a Hugging Face Whisper checkpoint to GGUF.
+// `hark convert HF_DIR -o model.gguf`: a Hugging Face checkpoint (Whisper or Parakeet) to GGUF.
+// config.json says which model it is; each family's converter reads the rest.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "base/error.h"
 #include "cli/commands.h"
 #include "cli/terminal.h"
 #include "format/dtype.h"
+#include "models/parakeet/convert.h"
 #include "models/whisper/convert.h"
 
 namespace hark::cli {
@@ -18,18 +24,66 @@ const Option convert_options[] = {
     {"output", 'o', "FILE", "The GGUF file to write (required)."},
     {"type", 0, "TYPE",
      "Type of the weight matrices: f32, f16 (default), bf16 or\n"
-     "q8_0. Norms, biases and position embeddings stay f32;\n"
-     "under q8_0, matrices whose rows are not a multiple of 32\n"
-     "values are stored as f16."},
+     "q8_0. Norms, biases, position embeddings and small\n"
+     "convolution kernels stay f32; under q8_0, matrices whose\n"
+     "rows are not a multiple of 32 values are stored as f16."},
 };
 
 constexpr std::string_view convert_description =
-    "HF_DIR is a Whisper model directory as Hugging Face's save_pretrained writes\n"
-    "it: config.json, model.safetensors (or shards listed in\n"
-    "model.safetensors.index.json), tokenizer.json (or vocab.json + merges.txt),\n"
-    "generation_config.json and preprocessor_config.json (when either of the last\n"
-    "two is missing, openai-whisper's defaults are used and a warning says so).\n"
+    "HF_DIR is a model directory as Hugging Face's save_pretrained writes it:\n"
+    "config.json, model.safetensors (or shards listed in\n"
+    "model.safetensors.index.json) and the tokenizer and feature-extractor files.\n"
+    "config.json's model_type (or architectures) picks the model family:\n"
+    "  Whisper   WhisperForConditionalGeneration; tokenizer.json (or vocab.json +\n"
+    "            merges.txt), generation_config.json and preprocessor_config.json\n"
+    "            (when either of the last two is missing, openai-whisper's\n"
+    "            defaults are used and a warning says so).\n"
+    "  Parakeet  ParakeetForCTC, ParakeetForRNNT or ParakeetForTDT; tokenizer.json\n"
+    "            and preprocessor_config.json (or processor_config.json).\n"
     "FILE is written only when the whole conversion succeeded.";
+
+enum class Family { whisper, parakeet };
+
+bool names_family(const nlohmann::json& value, std::string_view prefix) {
+  return value.is_string() && value.get<std::string>().starts_with(prefix);
+}
+
+// The model family of a Hugging Face directory, from config.json's model_type, else its
+// architectures. The family's converter checks the rest of config.json.
+Family detect_family(const std::string& hf_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir(hf_dir);
+  if (!fs::is_directory(dir)) fail(hf_dir, ": not a directory (expected a Hugging Face model)");
+  const fs::path file = dir / "config.json";
+  std::ifstream stream(file, std::ios::binary);
+  if (!stream) fail(hf_dir, ": no config.json (is this a Hugging Face model directory?)");
+  std::ostringstream text;
+  text << stream.rdbuf();
+  nlohmann::json config;
+  try {
+    config = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& error) {
+    fail(file.string(), ": invalid JSON (", error.what(), ")");
+  }
+  if (!config.is_object()) fail(file.string(), ": expected a JSON object");
+
+  const nlohmann::json model_type = config.value("model_type", nlohmann::json());
+  if (model_type == "whisper") return Family::whisper;
+  if (names_family(model_type, "parakeet")) return Family::parakeet;
+  const nlohmann::json architectures = config.value("architectures", nlohmann::json::array());
+  if (model_type.is_null() && architectures.is_array()) {
+    auto any = [&](std::string_view prefix) {
+      return std::any_of(architectures.begin(), architectures.end(),
+                         [&](const nlohmann::json& a) { return names_family(a, prefix); });
+    };
+    if (any("Whisper")) return Family::whisper;
+    if (any("Parakeet")) return Family::parakeet;
+  }
+  fail(file.string(), ": model_type ", model_type.is_null() ? "missing" : model_type.dump(),
+       ", architectures ", architectures.dump(),
+       ": hark converts Whisper (WhisperForConditionalGeneration) and Parakeet "
+       "(ParakeetForCTC, ParakeetForRNNT, ParakeetForTDT) checkpoints");
+}
 
 DType weight_type(const ParsedArgs& args) {
   const std::string name = args.value_or("type", "f16");
@@ -48,11 +102,17 @@ int convert(const ParsedArgs& args) {
   if (!output || output->empty()) usage_fail("missing -o FILE: where to write the GGUF");
   const DType type = weight_type(args);
 
+  const std::string& hf_dir = args.positionals[0];
+  const Family family = detect_family(hf_dir);
   ProgressLine progress("hark: converting");
-  whisper::convert_checkpoint(args.positionals[0], *output, type,
-                              [&progress](int done, int total, std::string_view) {
-                                progress.update(total > 0 ? double(done) / total : 1.0);
-                              });
+  const auto report = [&progress](int done, int total, std::string_view) {
+    progress.update(total > 0 ? double(done) / total : 1.0);
+  };
+  if (family == Family::parakeet) {
+    parakeet::convert_checkpoint(hf_dir, *output, type, report);
+  } else {
+    whisper::convert_checkpoint(hf_dir, *output, type, report);
+  }
   progress.clear();
   if (stderr_is_terminal()) {
     std::error_code error;
@@ -67,7 +127,7 @@ int convert(const ParsedArgs& args) {
 
 const Command convert_command{
     "convert",
-    "Convert a Hugging Face Whisper checkpoint to GGUF.",
+    "Convert a Hugging Face Whisper or Parakeet checkpoint to GGUF.",
     "hark convert HF_DIR -o FILE [--type f32|f16|bf16|q8_0]",
     convert_description,
     convert_options,

@@ -3,7 +3,9 @@
 
 #include <omp.h>
 
+#include <cmath>
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "compute/cpu/kernels.h"
@@ -93,6 +95,29 @@ void add(const Tensor& a, const Tensor& b, Tensor& y) {
   cpu::add(a, b, y);
 }
 
+void activate(Tensor& x, Activation activation) {
+  cpu::activate(x, activation);
+}
+
+void scale(Tensor& x, float factor) {
+  cpu::scale(x, factor);
+}
+
+void add_scaled(const Tensor& a, const Tensor& b, float alpha, Tensor& y) {
+  check_same("add_scaled", a, b);
+  if (&y != &a && &y != &b) y.resize(a.shape());
+  cpu::add_scaled(a, b, alpha, y);
+}
+
+void glu(const Tensor& x, Tensor& y) {
+  if (x.shape().rank() == 0 || x.cols() % 2 != 0) {
+    fail("glu: input of shape ", x.shape().str(), " has no even last dimension");
+  }
+  if (&x == &y) fail("glu: the output must not be the input");
+  y.resize(x.shape().with_back(x.cols() / 2));
+  cpu::glu(x, y);
+}
+
 void transpose(const Tensor& x, Tensor& y) {
   if (x.shape().rank() != 2) fail("transpose: input of shape ", x.shape().str(), " is not 2-D");
   if (&x == &y) fail("transpose: the output must not be the input");
@@ -118,6 +143,208 @@ void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& y) {
   if (&x == &y) fail("gather_rows: the output must not be the input");
   y.resize(Shape{static_cast<int64_t>(rows.size()), x.cols()});
   cpu::gather_rows(x, rows, y);
+}
+
+void scatter_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& y) {
+  if (static_cast<int64_t>(rows.size()) != x.rows() || x.cols() != y.cols()) {
+    fail("scatter_rows: ", rows.size(), " rows of ", x.shape().str(), " into ", y.shape().str());
+  }
+  std::vector<bool> taken(static_cast<size_t>(y.rows()), false);
+  for (int64_t row : rows) {
+    if (row < 0 || row >= y.rows()) fail("scatter_rows: row ", row, " of ", y.rows());
+    if (taken[row]) fail("scatter_rows: row ", row, " twice");
+    taken[row] = true;
+  }
+  if (&x == &y) fail("scatter_rows: the output must not be the input");
+  cpu::scatter_rows(x, rows, y);
+}
+
+void swap_last_axes(const Tensor& x, Tensor& y) {
+  const int rank = x.shape().rank();
+  if (rank != 2 && rank != 3) fail("swap_last_axes: input of shape ", x.shape().str());
+  if (&x == &y) fail("swap_last_axes: the output must not be the input");
+  y.resize(rank == 2 ? Shape{x.dim(1), x.dim(0)} : Shape{x.dim(0), x.dim(2), x.dim(1)});
+  cpu::swap_last_axes(x, y);
+}
+
+namespace {
+
+// Output size of a strided convolution along one axis; throws when the input is too short.
+int64_t conv_output_size(const char* op, int64_t size, int64_t kernel, int stride, int padding) {
+  if (stride < 1 || padding < 0) fail(op, ": stride ", stride, ", padding ", padding);
+  const int64_t padded = size + 2 * int64_t{padding};
+  if (size < 1 || padded < kernel) {
+    fail(op, ": ", size, " input steps for a kernel of ", kernel, " with padding ", padding);
+  }
+  return (padded - kernel) / stride + 1;
+}
+
+}  // namespace
+
+void conv2d(const Tensor& x, const Weight& w, int stride, int padding, Tensor& y,
+            const Epilogue& epilogue) {
+  const int rank = x.shape().rank();
+  const int64_t channels = rank == 3 ? x.dim(2) : 1;
+  if (w.shape.rank() != 4 || (rank != 2 && rank != 3) || w.shape[1] != channels) {
+    fail("conv2d: input of shape ", x.shape().str(), " (height, width[, channels]) against weight ",
+         w.shape.str(), " [out, in, kh, kw]");
+  }
+  if (&x == &y) fail("conv2d: the output must not be the input");
+  const Shape out_shape{conv_output_size("conv2d", x.dim(0), w.shape[2], stride, padding),
+                        conv_output_size("conv2d", x.dim(1), w.shape[3], stride, padding),
+                        w.shape[0]};
+  check_epilogue("conv2d", epilogue, out_shape, w.shape[0]);
+  y.resize(out_shape);
+  cpu::conv2d(x, w, stride, padding, y, epilogue);
+}
+
+void depthwise_conv2d(const Tensor& x, const Weight& w, int stride, int padding, Tensor& y,
+                      const Epilogue& epilogue) {
+  if (w.shape.rank() != 4 || x.shape().rank() != 3 || w.shape[0] != x.dim(2) || w.shape[1] != 1) {
+    fail("depthwise_conv2d: input of shape ", x.shape().str(),
+         " (height, width, channels) against weight ", w.shape.str(), " [channels, 1, kh, kw]");
+  }
+  if (&x == &y) fail("depthwise_conv2d: the output must not be the input");
+  const Shape out_shape{conv_output_size("depthwise_conv2d", x.dim(0), w.shape[2], stride, padding),
+                        conv_output_size("depthwise_conv2d", x.dim(1), w.shape[3], stride, padding),
+                        x.dim(2)};
+  check_epilogue("depthwise_conv2d", epilogue, out_shape, x.dim(2));
+  y.resize(out_shape);
+  cpu::depthwise_conv2d(x, w, stride, padding, y, epilogue);
+}
+
+void depthwise_conv1d(const Tensor& x, const Weight& w, std::span<const int64_t> lengths, Tensor& y,
+                      const Epilogue& epilogue) {
+  const int rank = x.shape().rank();
+  const bool kernel_shape = (w.shape.rank() == 3 && w.shape[1] == 1) || w.shape.rank() == 2;
+  if ((rank != 2 && rank != 3) || !kernel_shape || w.shape[0] != x.cols()) {
+    fail("depthwise_conv1d: input of shape ", x.shape().str(),
+         " ([batch,] time, channels) against weight ", w.shape.str(), " [channels, 1, k]");
+  }
+  const int64_t kernel = w.shape.back();
+  if (kernel % 2 == 0) fail("depthwise_conv1d: 'same' padding needs an odd kernel, got ", kernel);
+  const int64_t sequences = rank == 3 ? x.dim(0) : 1;
+  const int64_t steps = rank == 3 ? x.dim(1) : x.dim(0);
+  if (!lengths.empty()) {
+    if (static_cast<int64_t>(lengths.size()) != sequences) {
+      fail("depthwise_conv1d: ", lengths.size(), " lengths for ", sequences, " sequences");
+    }
+    for (int64_t length : lengths) {
+      if (length < 0 || length > steps) fail("depthwise_conv1d: length ", length, " of ", steps);
+    }
+  }
+  if (&x == &y) fail("depthwise_conv1d: the output must not be the input");
+  check_epilogue("depthwise_conv1d", epilogue, x.shape(), x.cols());
+  y.resize(x.shape());
+  cpu::depthwise_conv1d(x, w, lengths, y, epilogue);
+}
+
+void relative_positions(int64_t steps, int64_t width, Tensor& y) {
+  if (steps < 1 || width < 2 || width % 2 != 0) {
+    fail("relative_positions: ", steps, " steps of width ", width, " (must be even)");
+  }
+  y.resize(Shape{2 * steps - 1, width});
+  cpu::relative_positions(steps, width, y);
+}
+
+void rel_pos_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p,
+                       const Weight& pos_bias_u, const Weight& pos_bias_v, int heads, float scale,
+                       std::span<const int64_t> lengths, Tensor& out) {
+  const int rank = q.shape().rank();
+  if ((rank != 2 && rank != 3) || k.shape() != q.shape() || v.shape() != q.shape()) {
+    fail("rel_pos_attention: q ", q.shape().str(), ", k ", k.shape().str(), ", v ", v.shape().str(),
+         " must be alike, [batch,] steps, width");
+  }
+  const int64_t width = q.cols();
+  if (heads < 1 || width % heads != 0) {
+    fail("rel_pos_attention: width ", width, " in ", heads, " heads");
+  }
+  const int64_t sequences = rank == 3 ? q.dim(0) : 1;
+  const int64_t steps = rank == 3 ? q.dim(1) : q.dim(0);
+  if (steps < 1) fail("rel_pos_attention: no steps");
+  if (p.shape() != Shape{2 * steps - 1, width}) {
+    fail("rel_pos_attention: position table of shape ", p.shape().str(), " for ", steps,
+         " steps of width ", width);
+  }
+  if (pos_bias_u.shape.elements() != width || pos_bias_v.shape.elements() != width) {
+    fail("rel_pos_attention: position biases of shapes ", pos_bias_u.shape.str(), " and ",
+         pos_bias_v.shape.str(), " for ", heads, " heads of ", width / heads);
+  }
+  if (!lengths.empty()) {
+    if (static_cast<int64_t>(lengths.size()) != sequences) {
+      fail("rel_pos_attention: ", lengths.size(), " lengths for ", sequences, " sequences");
+    }
+    for (int64_t length : lengths) {
+      if (length < 1 || length > steps) fail("rel_pos_attention: length ", length, " of ", steps);
+    }
+  }
+  if (&out == &q || &out == &k || &out == &v || &out == &p) {
+    fail("rel_pos_attention: the output must not be an input");
+  }
+  out.resize(q.shape());
+  cpu::rel_pos_attention(q, k, v, p, pos_bias_u, pos_bias_v, heads, scale, lengths, out);
+}
+
+void lstm_step(const Tensor& x, const Weight& w_ih, const Weight& w_hh, const Weight* b_ih,
+               const Weight* b_hh, Tensor& h, Tensor& c, Tensor& gates) {
+  if (h.shape().rank() != 2 || c.shape() != h.shape()) {
+    fail("lstm_step: state h ", h.shape().str(), " and c ", c.shape().str(),
+         " must both be [batch, hidden]");
+  }
+  const int64_t sequences = h.dim(0), hidden = h.dim(1);
+  if (x.shape().rank() != 2 || x.dim(0) != sequences) {
+    fail("lstm_step: input of shape ", x.shape().str(), " for ", sequences, " sequences");
+  }
+  if (w_ih.shape != Shape{4 * hidden, x.dim(1)} || w_hh.shape != Shape{4 * hidden, hidden}) {
+    fail("lstm_step: weights ", w_ih.shape.str(), " and ", w_hh.shape.str(), " for input width ",
+         x.dim(1), " and hidden size ", hidden);
+  }
+  for (const Weight* bias : {b_ih, b_hh}) {
+    if (bias != nullptr && bias->shape.elements() != 4 * hidden) {
+      fail("lstm_step: bias of shape ", bias->shape.str(), " for hidden size ", hidden);
+    }
+  }
+  if (&x == &h || &x == &c || &h == &c || &gates == &x || &gates == &h || &gates == &c) {
+    fail("lstm_step: the input, state and gates must be distinct tensors");
+  }
+  gates.resize(Shape{sequences, 4 * hidden});
+  cpu::lstm_step(x, w_ih, w_hh, b_ih, b_hh, h, c, gates);
+}
+
+FoldedConv fold_batch_norm(const Weight& conv_weight, const Weight* conv_bias, const Weight& gamma,
+                           const Weight& beta, const Weight& mean, const Weight& var, float eps) {
+  const int64_t channels = conv_weight.shape.rank() >= 1 ? conv_weight.shape[0] : 0;
+  if (channels < 1) fail("fold_batch_norm: weight of shape ", conv_weight.shape.str());
+  for (const Weight* w : {&gamma, &beta, &mean, &var, conv_bias}) {
+    if (w != nullptr && w->shape.elements() != channels) {
+      fail("fold_batch_norm: a vector of shape ", w->shape.str(), " for ", channels,
+           " output channels");
+    }
+  }
+  std::vector<float> weight_scratch, bias_scratch, gamma_scratch, beta_scratch, mean_scratch,
+      var_scratch;
+  const float* w = cpu::weight_values(conv_weight, weight_scratch);
+  const float* b = conv_bias ? cpu::weight_values(*conv_bias, bias_scratch) : nullptr;
+  const float* g = cpu::weight_values(gamma, gamma_scratch);
+  const float* be = cpu::weight_values(beta, beta_scratch);
+  const float* mu = cpu::weight_values(mean, mean_scratch);
+  const float* sigma2 = cpu::weight_values(var, var_scratch);
+  FoldedConv folded;
+  const int64_t per_channel = conv_weight.shape.elements() / channels;
+  folded.weight_values.resize(static_cast<size_t>(channels * per_channel));
+  folded.bias_values.resize(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    const double s = double(g[c]) / std::sqrt(double(sigma2[c]) + double(eps));
+    for (int64_t i = 0; i < per_channel; ++i) {
+      folded.weight_values[c * per_channel + i] =
+          static_cast<float>(double(w[c * per_channel + i]) * s);
+    }
+    const double bias = b ? double(b[c]) : 0.0;
+    folded.bias_values[c] = static_cast<float>((bias - double(mu[c])) * s + double(be[c]));
+  }
+  folded.weight = Weight::f32(folded.weight_values.data(), conv_weight.shape);
+  folded.bias = Weight::f32(folded.bias_values.data(), Shape{channels});
+  return folded;
 }
 
 void attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t kv_length, int heads,

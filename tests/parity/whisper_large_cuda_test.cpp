@@ -24,6 +24,7 @@
 #include "models/whisper/model.h"
 #include "models/whisper/search.h"
 #include "support/compare.h"
+#include "support/tensor_values.h"
 #include "support/tiny_whisper.h"
 
 namespace hark::whisper {
@@ -36,13 +37,6 @@ constexpr int kMaxNewTokens = 20;  // whisper_large.py's generate(max_new_tokens
 // transformers' own float16 and float32 runs differ by 2-5e-3 on this model; hark's F16 weights
 // with its own accumulation order land in the same range.
 constexpr double kTolerance = 1e-2;
-
-std::vector<float> floats(const safetensors::File& file, const std::string& name) {
-  const safetensors::TensorView& view = file.tensor(name);
-  std::vector<float> values(static_cast<size_t>(view.elements()));
-  quant::to_f32(safetensors::to_dtype(view.type), view.data, values.data(), values.size());
-  return values;
-}
 
 std::vector<int32_t> token_ids(const safetensors::File& file, const std::string& name) {
   const safetensors::TensorView& view = file.tensor(name);
@@ -119,12 +113,12 @@ TEST(WhisperLargeCuda, MatchesTransformersOnTheGpu) {
   ASSERT_EQ(config.vocab_size, 51866);
   const auto reference = safetensors::File::open((dir / "reference.safetensors").string());
 
-  const std::vector<float> mel = floats(*reference, "input_features");
+  const std::vector<float> mel = testing::values_of(*reference, "input_features");
   ASSERT_EQ(mel.size(), size_t(config.n_mels) * config.window_frames());
   const auto window = model->encode(mel);
   const std::vector<float> frames = window->frames();
-  const double encoder_f16 = relative_error(frames, floats(*reference, "encoder_f16"));
-  const double encoder_f32 = relative_error(frames, floats(*reference, "encoder_f32"));
+  const double encoder_f16 = relative_error(frames, testing::values_of(*reference, "encoder_f16"));
+  const double encoder_f32 = relative_error(frames, testing::values_of(*reference, "encoder_f32"));
   std::printf("encoder vs transformers: float16 %.2e, float32 %.2e\n", encoder_f16, encoder_f32);
   EXPECT_LE(encoder_f16, kTolerance);
   EXPECT_LE(encoder_f32, kTolerance);
@@ -139,8 +133,8 @@ TEST(WhisperLargeCuda, MatchesTransformersOnTheGpu) {
   std::iota(positions.begin(), positions.end(), 0);
   auto session = model->start(window, 1);
   const std::vector<float> logits = session->advance({prompt.tokens}, positions);
-  const double logits_f16 = relative_error(logits, floats(*reference, "logits_f16"));
-  const double logits_f32 = relative_error(logits, floats(*reference, "logits_f32"));
+  const double logits_f16 = relative_error(logits, testing::values_of(*reference, "logits_f16"));
+  const double logits_f32 = relative_error(logits, testing::values_of(*reference, "logits_f32"));
   std::printf("logits vs transformers: float16 %.2e, float32 %.2e\n", logits_f16, logits_f32);
   EXPECT_LE(logits_f16, kTolerance);
   EXPECT_LE(logits_f32, kTolerance);
@@ -179,13 +173,14 @@ TEST(WhisperLargeCuda, Bfloat16StaysNearTransformers) {
   convert_checkpoint(dir.string(), gguf_path, DType::BF16);
   const auto model = Model::load(gguf::File::open(gguf_path), Device::cuda);
   const auto reference = safetensors::File::open((dir / "reference.safetensors").string());
-  const auto window = model->encode(floats(*reference, "input_features"));
-  const double encoder = relative_error(window->frames(), floats(*reference, "encoder_f32"));
+  const auto window = model->encode(testing::values_of(*reference, "input_features"));
+  const double encoder =
+      relative_error(window->frames(), testing::values_of(*reference, "encoder_f32"));
   const std::vector<int32_t> prompt = token_ids(*reference, "prompt");
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
   const double logits = relative_error(model->start(window, 1)->advance({prompt}, positions),
-                                       floats(*reference, "logits_f32"));
+                                       testing::values_of(*reference, "logits_f32"));
   std::printf("bf16: encoder vs transformers float32 %.2e, logits %.2e\n", encoder, logits);
   EXPECT_LE(encoder, kTolerance);
   EXPECT_LE(logits, kTolerance);

@@ -18,19 +18,13 @@
 #include "models/whisper/convert.h"
 #include "models/whisper/model.h"
 #include "support/compare.h"
+#include "support/tensor_values.h"
 #include "support/tiny_whisper.h"
 
 namespace hark::whisper {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::vector<float> reference_values(const safetensors::File& file, const std::string& name) {
-  const safetensors::TensorView& view = file.tensor(name);
-  std::vector<float> values(static_cast<size_t>(view.elements()));
-  quant::to_f32(safetensors::to_dtype(view.type), view.data, values.data(), values.size());
-  return values;
-}
 
 using hark::testing::relative_error;
 
@@ -70,19 +64,19 @@ TEST_P(WhisperModelParity, EncoderAndLogitsMatchTransformers) {
     const std::string mel_name = std::string("mel.") + audio;
     if (reference->find(mel_name) == nullptr) continue;
     SCOPED_TRACE(audio);
-    const std::vector<float> mel = reference_values(*reference, mel_name);
+    const std::vector<float> mel = testing::values_of(*reference, mel_name);
     ASSERT_EQ(mel.size(), size_t(config.n_mels) * config.window_frames());
     const auto window = model->encode(mel);
 
     const std::vector<float> expected_frames =
-        reference_values(*reference, std::string("encoder.") + audio);
+        testing::values_of(*reference, std::string("encoder.") + audio);
     EXPECT_LE(relative_error(window->frames(), expected_frames), c.bound);
 
     // Logits at every prompt position when the reference has them ([n_prompt, vocab]), else at
     // the last one ([vocab]).
     const safetensors::TensorView& logits_view = reference->tensor(std::string("logits.") + audio);
     const std::vector<float> expected_logits =
-        reference_values(*reference, std::string("logits.") + audio);
+        testing::values_of(*reference, std::string("logits.") + audio);
     std::vector<int> positions;
     if (logits_view.shape.size() == 2) {
       ASSERT_EQ(logits_view.shape[0], int64_t(prompt.size()));

@@ -162,20 +162,23 @@ inline std::vector<std::pair<std::string, std::vector<int64_t>>> tiny_whisper_te
   return tensors;
 }
 
+// splitmix64: the next value of `state`, as a float in [-1, 1).
+inline float splitmix_uniform(uint64_t& state) {
+  state += 0x9E3779B97F4A7C15ull;
+  uint64_t z = state;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return static_cast<float>(static_cast<double>(z >> 11) / 4503599627370496.0 - 1.0);
+}
+
 // Deterministic pseudo-random weights, scaled so that activations stay in a sane range.
 inline std::vector<float> tiny_weight_values(const std::string& name,
                                              const std::vector<int64_t>& shape) {
   int64_t count = 1;
   for (int64_t dim : shape) count *= dim;
   uint64_t state = std::hash<std::string>{}(name) | 1;
-  auto uniform = [&state] {  // splitmix64 -> [-1, 1)
-    state += 0x9E3779B97F4A7C15ull;
-    uint64_t z = state;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return static_cast<float>(static_cast<double>(z >> 11) / 4503599627370496.0 - 1.0);
-  };
+  auto uniform = [&state] { return splitmix_uniform(state); };
   const bool is_norm = name.find("layer_norm") != std::string::npos;
   const bool is_bias = name.ends_with(".bias");
   const float fan_in = static_cast<float>(count / shape.front());

@@ -14,6 +14,7 @@
 #include "format/quant.h"
 #include "format/safetensors.h"
 #include "models/whisper/model.h"
+#include "support/tensor_values.h"
 #include "support/tiny_whisper.h"
 
 namespace hark::whisper {
@@ -22,22 +23,6 @@ namespace {
 namespace fs = std::filesystem;
 using testing::TempDir;
 using testing::TinyWhisperSpec;
-
-// The checkpoint's values of one tensor, as floats.
-std::vector<float> checkpoint_values(const safetensors::Checkpoint& checkpoint,
-                                     const std::string& name) {
-  const safetensors::TensorView& view = checkpoint.tensor(name);
-  std::vector<float> values(view.elements());
-  quant::to_f32(safetensors::to_dtype(view.type), view.data, values.data(), values.size());
-  return values;
-}
-
-std::vector<float> gguf_values(const gguf::TensorInfo& tensor) {
-  std::vector<float> values(tensor.elements());
-  quant::to_f32(tensor.type, tensor.data, values.data(), values.size());
-  return values;
-}
-
 std::shared_ptr<const gguf::File> convert(const TempDir& temp, const TinyWhisperSpec& spec,
                                           DType type) {
   testing::write_tiny_whisper(temp / "tiny", spec);
@@ -104,7 +89,7 @@ TEST(Convert, F32KeepsEveryTensorExactlyUnderItsShortName) {
     ASSERT_NE(tensor, nullptr) << name;
     EXPECT_EQ(tensor->shape, shape) << name;
     EXPECT_EQ(tensor->type, DType::F32) << name;
-    EXPECT_EQ(gguf_values(*tensor), checkpoint_values(checkpoint, hf_name)) << name;
+    EXPECT_EQ(testing::values_of(*tensor), testing::values_of(checkpoint, hf_name)) << name;
   }
   EXPECT_EQ(file->find_tensor("proj_out.weight"), nullptr);
 }
@@ -120,8 +105,8 @@ TEST(Convert, F16AppliesToMatricesOnly) {
                         name.ends_with("fc2.weight") || name == "encoder.conv1.weight" ||
                         name == "encoder.conv2.weight" || name == "decoder.embed_tokens.weight";
     EXPECT_EQ(tensor.type, matrix ? DType::F16 : DType::F32) << tensor.name;
-    const std::vector<float> original = checkpoint_values(checkpoint, "model." + tensor.name);
-    const std::vector<float> stored = gguf_values(tensor);
+    const std::vector<float> original = testing::values_of(checkpoint, "model." + tensor.name);
+    const std::vector<float> stored = testing::values_of(tensor);
     ASSERT_EQ(stored.size(), original.size());
     for (size_t i = 0; i < stored.size(); ++i) {
       const float expected =
@@ -148,8 +133,8 @@ TEST(Convert, Q8_0WhereRowsAreWholeBlocksAndF16Elsewhere) {
   const auto checkpoint = safetensors::Checkpoint::open((temp / "tiny").string());
   const gguf::TensorInfo& q = file->tensor("decoder.layers.0.encoder_attn.v_proj.weight");
   const std::vector<float> original =
-      checkpoint_values(checkpoint, "model.decoder.layers.0.encoder_attn.v_proj.weight");
-  const std::vector<float> stored = gguf_values(q);
+      testing::values_of(checkpoint, "model.decoder.layers.0.encoder_attn.v_proj.weight");
+  const std::vector<float> stored = testing::values_of(q);
   for (size_t block = 0; block < original.size() / 32; ++block) {
     float max_abs = 0;
     for (size_t i = 0; i < 32; ++i)
@@ -169,8 +154,8 @@ TEST(Convert, Bf16AndF16CheckpointsAreAccepted) {
     const auto file = convert(temp, spec, DType::F32);
     const auto checkpoint = safetensors::Checkpoint::open((temp / "tiny").string());
     for (const char* name : {"encoder.conv2.weight", "decoder.layers.0.final_layer_norm.bias"}) {
-      EXPECT_EQ(gguf_values(file->tensor(name)),
-                checkpoint_values(checkpoint, std::string("model.") + name))
+      EXPECT_EQ(testing::values_of(file->tensor(name)),
+                testing::values_of(checkpoint, std::string("model.") + name))
           << name;
     }
   }

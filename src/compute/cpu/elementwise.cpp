@@ -63,26 +63,6 @@ HARK_AVX2 void scale_row_avx2(float* x, int64_t n, float factor) {
   for (int64_t j = whole; j < n; ++j) x[j] *= factor;
 }
 
-HARK_AVX512 void gelu_row_avx512(float* x, int64_t n) {
-  int64_t j = 0;
-  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, gelu16(_mm512_loadu_ps(x + j)));
-  if (j < n) {
-    const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1u);
-    _mm512_mask_storeu_ps(x + j, tail, gelu16(_mm512_maskz_loadu_ps(tail, x + j)));
-  }
-}
-
-HARK_AVX2 void gelu_row_avx2(float* x, int64_t n) {
-  const int64_t whole = n / 8 * 8;
-  for (int64_t j = 0; j < whole; j += 8) _mm256_storeu_ps(x + j, gelu8(_mm256_loadu_ps(x + j)));
-  if (whole < n) {
-    alignas(32) float tail[8] = {};
-    std::copy(x + whole, x + n, tail);
-    _mm256_store_ps(tail, gelu8(_mm256_load_ps(tail)));
-    std::copy(tail, tail + (n - whole), x + whole);
-  }
-}
-
 HARK_AVX2 void layer_norm_row_avx2(const float* src, float* dst, int64_t n, const float* g,
                                    const float* b, float eps) {
   const int64_t whole = n / 8 * 8;
@@ -182,8 +162,8 @@ void softmax_row(float* x, int64_t n) {
 
 void gelu_row(float* x, int64_t n) {
 #if HARK_X86
-  if (has_avx512()) return gelu_row_avx512(x, n);
-  if (has_avx2()) return gelu_row_avx2(x, n);
+  if (has_avx512()) return map_row_avx512<gelu16>(x, n);
+  if (has_avx2()) return map_row_avx2<gelu8>(x, n);
 #endif
   for (int64_t j = 0; j < n; ++j) x[j] = gelu_scalar(x[j]);
 }

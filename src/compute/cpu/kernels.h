@@ -28,6 +28,24 @@ void layer_norm(const Tensor& x, const Weight& gamma, const Weight& beta, float 
 void softmax(Tensor& x);
 void gelu(Tensor& x);
 void add(const Tensor& a, const Tensor& b, Tensor& y);
+void activate(Tensor& x, Activation activation);
+void scale(Tensor& x, float factor);
+void add_scaled(const Tensor& a, const Tensor& b, float alpha, Tensor& y);
+void glu(const Tensor& x, Tensor& y);
+void scatter_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& y);
+void swap_last_axes(const Tensor& x, Tensor& y);
+void conv2d(const Tensor& x, const Weight& w, int stride, int padding, Tensor& y,
+            const Epilogue& epilogue);
+void depthwise_conv2d(const Tensor& x, const Weight& w, int stride, int padding, Tensor& y,
+                      const Epilogue& epilogue);
+void depthwise_conv1d(const Tensor& x, const Weight& w, std::span<const int64_t> lengths, Tensor& y,
+                      const Epilogue& epilogue);
+void relative_positions(int64_t steps, int64_t width, Tensor& y);
+void rel_pos_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& p,
+                       const Weight& pos_bias_u, const Weight& pos_bias_v, int heads, float scale,
+                       std::span<const int64_t> lengths, Tensor& out);
+void lstm_step(const Tensor& x, const Weight& w_ih, const Weight& w_hh, const Weight* b_ih,
+               const Weight* b_hh, Tensor& h, Tensor& c, Tensor& gates);
 void transpose(const Tensor& x, Tensor& y);
 void embedding(const Weight& table, std::span<const int32_t> ids, Tensor& y);
 void gather_rows(const Tensor& x, std::span<const int64_t> rows, Tensor& y);
@@ -57,5 +75,12 @@ void softmax_row(float* x, int64_t n);
 // x = exp(x - max(x)) in place; returns the sum (softmax without the final division).
 float exp_shifted_row(float* x, int64_t n);
 void gelu_row(float* x, int64_t n);
+void silu_row(float* x, int64_t n);
+void relu_row(float* x, int64_t n);
+// The epilogue's activation on n values (activation.cpp); none leaves them as they are.
+void activate_row(Activation activation, float* x, int64_t n);
+// A weight's values as F32: the stored values themselves when F32, else expanded into
+// `scratch` (which then holds them).
+const float* weight_values(const Weight& w, std::vector<float>& scratch);
 
 }  // namespace hark::compute::cpu

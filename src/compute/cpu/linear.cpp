@@ -41,15 +41,6 @@ const float* bias_values(const Weight* bias, std::vector<float>& scratch) {
   return scratch.data();
 }
 
-void activate_row(Activation activation, float* x, int64_t n) {
-  switch (activation) {
-    case Activation::none:
-      return;
-    case Activation::gelu:
-      return gelu_row(x, n);
-  }
-}
-
 // y[i, n0 + j] = activation(raw[i, j] + bias[n0 + j]) + residual[i, n0 + j] for i < m, j < count.
 // raw may be y + n0 (in place, then without residual) and residual may be y: each element of the
 // residual is read before the same element of y is written.

@@ -104,6 +104,19 @@ HARK_AVX2 inline __m256 gelu8(__m256 x) {
                        _mm256_add_ps(_mm256_set1_ps(1.0f), e));
 }
 
+// x[j] = f(x[j]) for a row of n values, 8 at a time (the tail through a padded copy).
+template <__m256 (*f)(__m256)>
+HARK_AVX2 void map_row_avx2(float* x, int64_t n) {
+  const int64_t whole = n / 8 * 8;
+  for (int64_t j = 0; j < whole; j += 8) _mm256_storeu_ps(x + j, f(_mm256_loadu_ps(x + j)));
+  if (whole < n) {
+    alignas(32) float tail[8] = {};
+    for (int64_t j = whole; j < n; ++j) tail[j - whole] = x[j];
+    _mm256_store_ps(tail, f(_mm256_load_ps(tail)));
+    for (int64_t j = whole; j < n; ++j) x[j] = tail[j - whole];
+  }
+}
+
 #endif  // HARK_X86
 
 }  // namespace hark::compute::cpu

@@ -84,6 +84,17 @@ HARK_AVX512 inline __m512 gelu16(__m512 x) {
                        _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
+// x[j] = f(x[j]) for a row of n values, 16 at a time (the tail masked).
+template <__m512 (*f)(__m512)>
+HARK_AVX512 void map_row_avx512(float* x, int64_t n) {
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(x + j, f(_mm512_loadu_ps(x + j)));
+  if (j < n) {
+    const __mmask16 tail = static_cast<__mmask16>((1u << (n - j)) - 1u);
+    _mm512_mask_storeu_ps(x + j, tail, f(_mm512_maskz_loadu_ps(tail, x + j)));
+  }
+}
+
 #endif  // HARK_X86
 
 }  // namespace hark::compute::cpu

@@ -150,7 +150,8 @@ void greedy_step(const GreedyRules& rules, float* logits, int batch, GreedyState
 // [2 · width, 3 · width) to v_cache likewise. W is [n_out, k_in]; x, W, bias, residual, y, the
 // norm's vectors and the caches are of element type e. 16-bit types multiply on tensor cores
 // with h rounded to e (what layer_norm would have stored); F32 multiplies in F32 (no TF32).
-// Meant for batch ≤ 16, which reads W once; larger batches take a launch per 16 rows.
+// Meant for batch ≤ 16, which reads W once; larger batches take a launch per 16 rows (F32 rows
+// too long for 16 of them in shared memory, past about 3500 values, a launch per 8).
 // Requires k_in a multiple of 8 and x, W, gamma, beta 16-byte aligned (throws hark::Error
 // otherwise); x must not overlap y or the caches. Null norm, bias, residual, scatter: absent.
 struct DecodeNorm {

@@ -49,7 +49,9 @@ constexpr int kMaxRows = 16;                  // batch rows a launch multiplies:
 template <class T>
 constexpr int kPack = static_cast<int>(16 / sizeof(T));
 template <class T>
-constexpr int kChunk = kLanesPerRow* kPack<T>;
+constexpr int chunk_values() {
+  return kLanesPerRow * kPack<T>;
+}
 
 // Dynamic shared memory: each warp's partial sums (32 lanes × 4 for tensor cores, 8 rows × 16
 // batch rows for F32), the norm's per-row mean and scale, then the staged rows of x.
@@ -262,7 +264,7 @@ __device__ __forceinline__ void store_output(const Params<T>& p, int b, int64_t 
 template <class T, int kBatch>
 __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params<T> p) {
   constexpr bool kTensorCores = !std::is_same_v<T, float>;
-  constexpr int kP = kPack<T>, kK = kChunk<T>;
+  constexpr int kP = kPack<T>, kK = chunk_values<T>();
   extern __shared__ __align__(16) unsigned char shared[];
   float* partials = reinterpret_cast<float*>(shared);
   float* means = reinterpret_cast<float*>(shared + kStatsOffset);
@@ -303,10 +305,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
   if constexpr (kTensorCores) {
     // Lane (g, t) multiplies batch rows g and g + 8 at its chunk's values t · 8 … t · 8 + 7:
     // values 0–3 are the first mma's k {2t, 2t + 1, 2t + 8, 2t + 9}, 4–7 the second's.
+    // Rows past the batch multiply zeros. Their lanes read the last staged row (so every read
+    // stays inside the staged rows, and no branch comes near the mma) and drop what they read.
     float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const T* x_low = xs + g * p.stride + t * kP;
-    const T* x_high = x_low + 8 * p.stride;
-    const bool low = g<p.batch, high = kBatch> 8 && g + 8 < p.batch;
+    const int last_row = p.batch - 1;
+    const bool low_rows = g < p.batch, high_rows = g + 8 < p.batch;
+    const T* x_low = xs + min(g, last_row) * p.stride + t * kP;
+    const T* x_high = xs + min(g + 8, last_row) * p.stride + t * kP;
+    const uint4 zero = make_uint4(0, 0, 0, 0);
     for (int64_t group = 0; group < groups; ++group) {
       if (group > 0) load_group(group);
 #pragma unroll
@@ -314,9 +320,13 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
         const int64_t c = chunk_of(group, u);
         if (c >= n_chunks) break;  // the same for the whole warp
         const int64_t k = c * kK;
-        const uint4 zero = make_uint4(0, 0, 0, 0);
-        const uint4 lo = low ? load16(x_low + k) : zero;
-        const uint4 hi = high ? load16(x_high + k) : zero;
+        uint4 lo = load16(x_low + k);
+        if (!low_rows) lo = zero;
+        uint4 hi = zero;
+        if constexpr (kBatch > 8) {
+          hi = load16(x_high + k);
+          if (!high_rows) hi = zero;
+        }
         mma_16816<T>(sums, lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
         mma_16816<T>(sums, lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
       }
@@ -476,7 +486,7 @@ void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
       std::max<int64_t>(1, std::min<int64_t>(blocks_by_registers<T, kBatch>(), by_shared));
   const int64_t resident_warps = limits.multiprocessors * per_multiprocessor * kWarps;
   const int64_t n_tiles = ceil_div(p.n_out, kTileRows);
-  const int64_t n_chunks = p.k_pad / kChunk<T>;
+  const int64_t n_chunks = p.k_pad / chunk_values<T>();
   p.split = 1;
   while (p.split < kWarps && p.split * 2 <= n_chunks && n_tiles * p.split < resident_warps) {
     p.split *= 2;
@@ -493,8 +503,8 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w
          const T* bias, bool gelu, const T* residual, T* y, const KvScatter* scatter,
          cudaStream_t stream) {
   constexpr bool kTensorCores = !std::is_same_v<T, float>;
-  const int64_t n_chunks = ceil_div(k_in, kChunk<T>);
-  const int64_t k_pad = n_chunks * kChunk<T>;
+  const int64_t n_chunks = ceil_div(k_in, chunk_values<T>());
+  const int64_t k_pad = n_chunks * chunk_values<T>();
   // 16-bit rows start 64 bytes apart modulo 128, so that the 8 lanes of a quarter warp, which
   // read 64 bytes of two consecutive rows, hit every bank once.
   int64_t row_bytes = k_pad * static_cast<int64_t>(sizeof(T));

@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/log.h"
 #include "format/gguf.h"
+#include "format/hf_checkpoint.h"
 #include "format/quant.h"
 #include "format/safetensors.h"
 #include "models/whisper/config.h"
@@ -27,33 +28,10 @@ namespace hark::whisper {
 namespace {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
-
-// ---------------------------------------------------------------------------------------------
-// JSON files of the checkpoint
-
-Json read_json(const fs::path& path) {
-  std::ifstream stream(path, std::ios::binary);
-  if (!stream) fail(path.string(), ": cannot open");
-  std::ostringstream text;
-  text << stream.rdbuf();
-  try {
-    return Json::parse(text.str());
-  } catch (const Json::parse_error& error) {
-    fail(path.string(), ": invalid JSON (", error.what(), ")");
-  }
-}
-
-std::optional<Json> read_json_if_present(const fs::path& path) {
-  if (!fs::exists(path)) return std::nullopt;
-  return read_json(path);
-}
-
-const Json* member(const Json& object, std::string_view key) {
-  const auto found = object.find(key);
-  return found == object.end() || found->is_null() ? nullptr : &*found;
-}
-
+using hf::Json;
+using hf::member;
+using hf::read_json;
+using hf::read_json_if_present;
 int64_t integer(const Json& value, const fs::path& file, std::string_view key) {
   if (!value.is_number_integer()) {
     fail(file.string(), ": '", key, "' should be an integer, found ", value.dump());
@@ -367,38 +345,6 @@ Generation read_generation(const fs::path& dir, const Architecture& arch,
   }
   return generation;
 }
-
-// ---------------------------------------------------------------------------------------------
-// Tensors
-
-// The checkpoint's bytes of one tensor in `target` type. Every value is checked, even when the
-// bytes are copied as they are: a NaN or infinite weight fails nowhere later, it just makes every
-// transcript garbage.
-std::vector<uint8_t> convert_tensor(const safetensors::TensorView& source, DType target,
-                                    const std::string& name) {
-  const DType source_type = safetensors::to_dtype(source.type);
-  const auto count = static_cast<size_t>(source.elements());
-  std::vector<float> values(count);
-  quant::to_f32(source_type, source.data, values.data(), count);
-  for (size_t i = 0; i < count; ++i) {
-    if (!std::isfinite(values[i])) fail("tensor ", name, " holds ", values[i], " at element ", i);
-    if (target == DType::F16 && std::fabs(values[i]) > 65504.0f) {
-      fail("tensor ", name, " holds ", values[i], " at element ", i,
-           ", beyond F16's range; convert with --type f32 or bf16");
-    }
-  }
-  if (source_type == target) return std::vector<uint8_t>(source.data, source.data + source.nbytes);
-  return quant::from_f32(target, values.data(), count);
-}
-
-std::string directory_name(const fs::path& dir) {
-  fs::path normal = dir.lexically_normal();
-  if (normal.filename().empty()) normal = normal.parent_path();
-  std::string name = normal.filename().string();
-  if (name.empty() || name == ".") name = fs::absolute(dir).lexically_normal().filename().string();
-  return name.empty() ? "whisper" : name;
-}
-
 }  // namespace
 
 void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, DType type,
@@ -440,26 +386,8 @@ void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, 
   std::vector<const safetensors::TensorView*> sources;
   std::set<std::string, std::less<>> used;
   for (const TensorSpec& tensor : plan) {
-    const std::string prefixed = "model." + tensor.name;
-    const safetensors::TensorView* source = checkpoint->find(prefixed);
-    if (source == nullptr) source = checkpoint->find(tensor.name);
-    if (source == nullptr) {
-      fail(hf_dir, ": the checkpoint has no tensor ", prefixed, " ", shape_text(tensor.shape));
-    }
-    if (source->shape != tensor.shape) {
-      fail(hf_dir, ": tensor ", source->name, " has shape ", shape_text(source->shape),
-           ", config.json implies ", shape_text(tensor.shape));
-    }
-    switch (source->type) {
-      case safetensors::ElementType::F32:
-      case safetensors::ElementType::F16:
-      case safetensors::ElementType::BF16:
-      case safetensors::ElementType::F64:
-        break;
-      default:
-        fail(hf_dir, ": tensor ", source->name, " is ",
-             safetensors::element_type_name(source->type), "; expected F32, F16 or BF16");
-    }
+    const safetensors::TensorView* source =
+        &hf::find_tensor(*checkpoint, hf_dir, {"model." + tensor.name, tensor.name}, tensor.shape);
     used.insert(source->name);
     sources.push_back(source);
   }
@@ -472,8 +400,8 @@ void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, 
 
   gguf::Writer writer;
   writer.set_string("general.architecture", "whisper");
-  writer.set_string("general.name", directory_name(dir));
-  writer.set_u32("general.file_type", gguf_file_type(type));
+  writer.set_string("general.name", hf::directory_name(dir, "whisper"));
+  writer.set_u32("general.file_type", hf::gguf_file_type(type));
   writer.set_u32("general.alignment", 32);
   tokenizer.write_gguf(writer);
 
@@ -489,20 +417,12 @@ void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, 
   writer.set_u32("whisper.hop_length", u32(front_end.hop_length));
   writer.set_u32("whisper.chunk_length", u32(front_end.chunk_length));
 
-  const int total = static_cast<int>(plan.size());
-  for (int index = 0; index < total; ++index) {
-    const TensorSpec& tensor = plan[index];
-    const safetensors::TensorView* source = sources[index];
-    const DType target = stored_type(tensor, type);
-    // The producer runs while the file is written; the checkpoint's mapping lives until then.
-    writer.add_tensor(tensor.name, target, tensor.shape,
-                      [checkpoint, source, target, &tensor, index, total, &progress] {
-                        if (progress) progress(index, total, tensor.name);
-                        return convert_tensor(*source, target, tensor.name);
-                      });
+  std::vector<hf::PlannedTensor> planned_tensors;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    planned_tensors.push_back(
+        {plan[i].name, plan[i].shape, stored_type(plan[i], type), sources[i]});
   }
-  writer.write(out_path);
-  if (progress) progress(total, total, "");
+  hf::write_gguf(writer, checkpoint, std::move(planned_tensors), out_path, progress);
 }
 
 }  // namespace hark::whisper

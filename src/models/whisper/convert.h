@@ -11,11 +11,12 @@
 #include <string_view>
 
 #include "format/dtype.h"
+#include "format/hf_checkpoint.h"
 
 namespace hark::whisper {
 
 // Called before each tensor is converted: `done` tensors of `total` are written so far.
-using ConvertProgress = std::function<void(int done, int total, std::string_view tensor)>;
+using ConvertProgress = hf::ConvertProgress;
 
 // `type` (F32, F16, BF16 or Q8_0) applies to the weight matrices; norms, biases and position
 // embeddings stay F32, and under Q8_0 a matrix whose rows are not a multiple of 32 values is

@@ -1,6 +1,7 @@
 #include "models/whisper/layout.h"
 
 #include "base/error.h"
+#include "format/hf_checkpoint.h"
 
 namespace hark::whisper {
 
@@ -58,30 +59,7 @@ std::vector<TensorSpec> tensor_layout(const Config& config) {
 }
 
 DType stored_type(const TensorSpec& tensor, DType requested) {
-  if (!tensor.matrix) return DType::F32;
-  if (requested == DType::Q8_0 && tensor.shape.back() % 32 != 0) return DType::F16;
-  return requested;
-}
-
-uint32_t gguf_file_type(DType type) {
-  switch (type) {
-    case DType::F32:
-      return 0;
-    case DType::F16:
-      return 1;
-    case DType::Q8_0:
-      return 7;
-    case DType::BF16:
-      return 32;
-    default:
-      fail("weight type ", dtype_name(type), " is not supported (f32, f16, bf16, q8_0)");
-  }
-}
-
-std::string shape_text(const std::vector<int64_t>& shape) {
-  std::string text = "[";
-  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
-  return text + "]";
+  return hf::stored_type(tensor.matrix, tensor.shape.empty() ? 1 : tensor.shape.back(), requested);
 }
 
 }  // namespace hark::whisper

@@ -25,9 +25,4 @@ std::vector<TensorSpec> tensor_layout(const Config& config);
 // of 32 values falls back to F16.
 DType stored_type(const TensorSpec& tensor, DType requested);
 
-// general.file_type for a main weight type, in llama.cpp's numbering.
-uint32_t gguf_file_type(DType type);
-
-std::string shape_text(const std::vector<int64_t>& shape);
-
 }  // namespace hark::whisper

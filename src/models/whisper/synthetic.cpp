@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "format/gguf.h"
+#include "format/hf_checkpoint.h"
 #include "format/quant.h"
 #include "models/whisper/config.h"
 #include "models/whisper/layout.h"
@@ -74,7 +75,7 @@ void write_random_model(const Config& config, DType type, const std::string& pat
   gguf::Writer writer;
   writer.set_string("general.architecture", "whisper");
   writer.set_string("general.name", "random-weights");
-  writer.set_u32("general.file_type", gguf_file_type(type));
+  writer.set_u32("general.file_type", hf::gguf_file_type(type));
   write_config(writer, config);
   write_vocabulary(writer, standard_vocabulary(config.vocab_size));
 
