@@ -1,7 +1,10 @@
-// A stored tensor's values as floats, whatever its type: for comparing checkpoints, converted
-// GGUF files and references.
+// A stored tensor's values as floats, whatever its type, and comparisons of whole files: for
+// checking checkpoints, converted GGUF files and references.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,16 @@ inline std::vector<float> values_of(const gguf::TensorInfo& tensor) {
 template <class File>
 std::vector<float> values_of(const File& file, const std::string& name) {
   return values_of(file.tensor(name));
+}
+
+// The same tensors, byte for byte (under gtest).
+inline void expect_same_tensors(const gguf::File& expected, const gguf::File& actual) {
+  ASSERT_EQ(expected.tensors().size(), actual.tensors().size());
+  for (const gguf::TensorInfo& tensor : expected.tensors()) {
+    const gguf::TensorInfo& other = actual.tensor(tensor.name);
+    ASSERT_EQ(tensor.nbytes, other.nbytes) << tensor.name;
+    EXPECT_EQ(std::memcmp(tensor.data, other.data, tensor.nbytes), 0) << tensor.name;
+  }
 }
 
 }  // namespace hark::testing

@@ -182,14 +182,8 @@ TEST(ParakeetConvert, ShardedCheckpointGivesTheSameFile) {
   ASSERT_FALSE(fs::exists(temp / "sharded" / "model.safetensors"));
   convert_checkpoint((temp / "single").string(), (temp / "single.gguf").string(), DType::F16);
   convert_checkpoint((temp / "sharded").string(), (temp / "sharded.gguf").string(), DType::F16);
-  const auto single = gguf::File::open((temp / "single.gguf").string());
-  const auto from_shards = gguf::File::open((temp / "sharded.gguf").string());
-  ASSERT_EQ(single->tensors().size(), from_shards->tensors().size());
-  for (const gguf::TensorInfo& tensor : single->tensors()) {
-    const gguf::TensorInfo& other = from_shards->tensor(tensor.name);
-    ASSERT_EQ(tensor.nbytes, other.nbytes);
-    EXPECT_EQ(std::memcmp(tensor.data, other.data, tensor.nbytes), 0) << tensor.name;
-  }
+  testing::expect_same_tensors(*gguf::File::open((temp / "single.gguf").string()),
+                               *gguf::File::open((temp / "sharded.gguf").string()));
 }
 
 TEST(ParakeetConvert, ReportsProgressPerTensor) {

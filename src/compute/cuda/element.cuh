@@ -1,9 +1,15 @@
-// Element conversions for the CUDA kernels: every kernel loads its storage type (float, half,
+// Element types in the CUDA kernels: conversions, and the dispatch from Element to a storage
+// type. Conversions: every kernel loads its storage type (float, half,
 // bfloat16) into F32 registers, computes in F32, and rounds once when it stores.
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "base/error.h"
+#include "compute/cuda/kernels.h"
 
 namespace hark::compute::cuda {
 
@@ -30,6 +36,27 @@ __device__ __forceinline__ __half from_float<__half>(float value) {
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float value) {
   return __float2bfloat16_rn(value);
+}
+
+// Calls f with a value of the storage type that `e` names; f's parameter type picks the kernel.
+template <class F>
+void with_type(Element e, F&& f) {
+  switch (e) {
+    case Element::f32:
+      f(float{});
+      return;
+    case Element::f16:
+      f(__half{});
+      return;
+    case Element::bf16:
+      f(__nv_bfloat16{});
+      return;
+  }
+  fail("CUDA kernels: unknown element type ", static_cast<int>(e));
+}
+
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
 }
 
 }  // namespace hark::compute::cuda

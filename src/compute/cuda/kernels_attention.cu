@@ -935,14 +935,7 @@ void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_s
                                      static_cast<int>(kv_len),
                                      scale,
                                      causal};
-  switch (e) {
-    case Element::f32:
-      return launch_attention<float>(arguments, stream);
-    case Element::f16:
-      return launch_attention<__half>(arguments, stream);
-    case Element::bf16:
-      return launch_attention<__nv_bfloat16>(arguments, stream);
-  }
+  with_type(e, [&](auto zero) { launch_attention<decltype(zero)>(arguments, stream); });
 }
 
 void decode_attention(Element e, const void* q, int64_t q_stride, const void* k, const void* v,
@@ -950,20 +943,11 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
                       void* out, int64_t out_stride, int batch, int heads, int head_dim,
                       float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0) return;
-  switch (e) {
-    case Element::f32:
-      return dispatch_decode_attention<float>(q, q_stride, k, v, kv_row_stride, kv_batch_stride,
+  with_type(e, [&](auto zero) {
+    dispatch_decode_attention<decltype(zero)>(q, q_stride, k, v, kv_row_stride, kv_batch_stride,
                                               lengths, out, out_stride, batch, heads, head_dim,
                                               scale, stream);
-    case Element::f16:
-      return dispatch_decode_attention<__half>(q, q_stride, k, v, kv_row_stride, kv_batch_stride,
-                                               lengths, out, out_stride, batch, heads, head_dim,
-                                               scale, stream);
-    case Element::bf16:
-      return dispatch_decode_attention<__nv_bfloat16>(q, q_stride, k, v, kv_row_stride,
-                                                      kv_batch_stride, lengths, out, out_stride,
-                                                      batch, heads, head_dim, scale, stream);
-  }
+  });
 }
 
 void append_kv(Element e, const void* new_k, const void* new_v, int64_t new_row_stride,

@@ -87,10 +87,6 @@ struct Params {
   int split = 1;  // warps per tile: 1, 2, 4 or 8
 };
 
-__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 // ---- Device helpers ---------------------------------------------------------------------------
 
 constexpr unsigned kFullWarp = 0xffffffffu;
@@ -405,24 +401,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
 }
 
 // ---- Launch -----------------------------------------------------------------------------------
-
-// Calls f with a value of the storage type that `e` names; f's parameter type picks the kernel.
-template <class F>
-void with_type(Element e, F&& f) {
-  switch (e) {
-    case Element::f32:
-      f(float{});
-      return;
-    case Element::f16:
-      f(half{});
-      return;
-    case Element::bf16:
-      f(bf16{});
-      return;
-  }
-  fail("decode_linear: unknown element type ", static_cast<int>(e));
-}
-
 bool aligned16(const void* pointer) {
   return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
 }

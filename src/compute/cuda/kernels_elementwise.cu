@@ -66,30 +66,6 @@ __device__ __forceinline__ void store_pack(const float (&in)[N], T* target) {
 // Values in a 16-byte pack: the widest single load.
 template <class T>
 constexpr int kWidePack = static_cast<int>(16 / sizeof(T));
-
-// ---- Launch helpers ---------------------------------------------------------------------------
-
-// Calls f with a value of the storage type that `e` names; f's parameter type picks the kernel.
-template <class F>
-void with_type(Element e, F&& f) {
-  switch (e) {
-    case Element::f32:
-      f(float{});
-      return;
-    case Element::f16:
-      f(half{});
-      return;
-    case Element::bf16:
-      f(bf16{});
-      return;
-  }
-  fail("CUDA kernels: unknown element type ", static_cast<int>(e));
-}
-
-__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 bool aligned(const void* pointer, size_t bytes) {
   return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
 }

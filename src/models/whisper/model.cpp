@@ -139,13 +139,18 @@ std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Devic
   return std::make_unique<WhisperModel>(std::move(file));
 }
 
-std::vector<std::shared_ptr<const EncodedWindow>> Model::encode_batch(std::span<const float> mel,
-                                                                      int count) const {
+size_t Model::check_windows(std::span<const float> mel, int count) const {
   const size_t window_values = static_cast<size_t>(config().n_mels) * config().window_frames();
   if (count < 1 || mel.size() != window_values * count) {
     fail("whisper encoder: ", mel.size(), " log-mel values for ", count, " windows of ",
          window_values);
   }
+  return window_values;
+}
+
+std::vector<std::shared_ptr<const EncodedWindow>> Model::encode_batch(std::span<const float> mel,
+                                                                      int count) const {
+  const size_t window_values = check_windows(mel, count);
   std::vector<std::shared_ptr<const EncodedWindow>> windows;
   for (int i = 0; i < count; ++i)
     windows.push_back(encode(mel.subspan(i * window_values, window_values)));

@@ -121,9 +121,14 @@ class Model {
   // that many batched steps whatever the tokens (benchmarks). Only models with
   // decodes_batches(); the others throw.
   virtual bool decodes_batches() const { return false; }
+
   virtual std::vector<GreedyOutcome> decode_greedy(std::span<const GreedyJob> jobs, bool timestamps,
                                                    int exact_steps = 0,
                                                    GreedyTiming* timing = nullptr) const;
+
+ protected:
+  // Values per window; throws hark::Error unless `mel` holds exactly `count` >= 1 windows.
+  size_t check_windows(std::span<const float> mel, int count) const;
 };
 
 // The CUDA implementation of load() (models/whisper/cuda/), or a clear error in builds

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "models/whisper/cuda/weights.h"
 
@@ -72,6 +73,10 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
 void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
                  int batch, const int32_t* ids, const int32_t* positions, const int32_t* lengths,
                  const int32_t* cross_lengths, CrossKv cross, DecoderBuffers& scratch);
+
+// to[i] = from[rows[i]], rows of `row_bytes`, on the device.
+void gather_rows(const void* from, std::span<const int64_t> rows, size_t row_bytes, void* to,
+                 cudaStream_t stream);
 
 // logits [rows, vocab] F32 = final_norm(hidden rows) · tokensᵀ; hidden is overwritten.
 void logits(gpu::Pass& pass, const Config& config, const Weights& w, void* hidden, int64_t rows,

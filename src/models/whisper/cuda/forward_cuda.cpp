@@ -200,6 +200,16 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   decoder_blocks(pass, config, w, batch, s, self_attend, cross_attend);
 }
 
+void gather_rows(const void* from, std::span<const int64_t> rows, size_t row_bytes, void* to,
+                 cudaStream_t stream) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    gpu::check(cudaMemcpyAsync(static_cast<uint8_t*>(to) + i * row_bytes,
+                               static_cast<const uint8_t*>(from) + rows[i] * row_bytes, row_bytes,
+                               cudaMemcpyDeviceToDevice, stream),
+               "gather rows");
+  }
+}
+
 void logits(gpu::Pass& pass, const Config& config, const Weights& w, void* hidden, int64_t rows,
             float* out) {
   pass.layer_norm(hidden, rows, w.decoder_norm, config.d_model, hidden);

@@ -131,11 +131,7 @@ class CudaWhisper final : public Model {
 
   std::vector<std::shared_ptr<const EncodedWindow>> encode_batch(std::span<const float> mel,
                                                                  int count) const override {
-    const size_t window_values = static_cast<size_t>(config_.n_mels) * config_.window_frames();
-    if (count < 1 || mel.size() != window_values * count) {
-      fail("whisper encoder: ", mel.size(), " log-mel values for ", count, " windows of ",
-           window_values);
-    }
+    check_windows(mel, count);
     auto batch = std::make_shared<EncodedBatch>();
     {
       // The scratch (about 50 MB per window for large-v3) is freed afterwards: decoding the batch
@@ -270,17 +266,13 @@ class CudaSession final : public DecoderSession {
     length_ += steps;
 
     // The wanted rows, gathered into scratch.h, through the final norm and the output product.
-    const int64_t d = config.d_model, rows = int64_t{n_} * static_cast<int64_t>(wanted.size());
-    const size_t row_bytes = pass_.bytes(d);
-    int64_t row = 0;
+    const int64_t rows = int64_t{n_} * static_cast<int64_t>(wanted.size());
+    std::vector<int64_t> wanted_rows;
     for (int s = 0; s < n_; ++s) {
-      for (int p : wanted) {
-        gpu::check(cudaMemcpyAsync(scratch_.h.as<uint8_t>() + row++ * row_bytes,
-                                   scratch_.x.as<uint8_t>() + (int64_t{s} * steps + p) * row_bytes,
-                                   row_bytes, cudaMemcpyDeviceToDevice, stream_.get()),
-                   "gather rows");
-      }
+      for (int p : wanted) wanted_rows.push_back(int64_t{s} * steps + p);
     }
+    cuda::gather_rows(scratch_.x.data(), wanted_rows, pass_.bytes(config.d_model),
+                      scratch_.h.data(), stream_.get());
     logits_.reserve(sizeof(float) * rows * config.vocab_size);
     cuda::logits(pass_, config, model_.weights(), scratch_.h.data(), rows, logits_.as<float>());
     std::vector<float> host(static_cast<size_t>(rows * config.vocab_size));
@@ -411,14 +403,13 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
   gpu::GreedyRules rules = rules_;
   rules.timestamps = timestamps;
 
-  // The prompts, one sequence at a time (they differ in length); the last position's logits
-  // go to the sequence's row, the <|startoftranscript|> position's give no_speech_prob.
+  // The prompts, one sequence at a time (they differ in length). Each one's rows at
+  // <|startoftranscript|> and at its end are gathered, and all their logits computed at once:
+  // the end rows start the search, the others give no_speech_prob.
   const auto prompt_start = std::chrono::steady_clock::now();
-  std::vector<GreedyOutcome> outcomes(batch);
   StepInputs inputs;
-  gpu::Buffer two_rows(sizeof(float) * 2 * vocab);  // logits at <|startoftranscript|> and the end
-  std::vector<float> sot_host(vocab);
-  const int64_t row_bytes = pass.bytes(config_.d_model);
+  const size_t row_bytes = pass.bytes(config_.d_model);
+  gpu::Buffer selected(2 * row_bytes * batch);  // per job: <|startoftranscript|> row, end row
   for (int j = 0; j < batch; ++j) {
     const GreedyJob& job = jobs[j];
     const int prompt = static_cast<int>(job.prompt.size());
@@ -428,24 +419,28 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
     cuda::decode_tokens(pass, config_, weights_, caches, j, 1, prompt, 0, inputs.ids.as<int32_t>(),
                         inputs.position_ids.as<int32_t>(), inputs.positions.as<int32_t>(),
                         cross_of(*ours(job.window)), scratch);
-    gpu::check(cudaMemcpyAsync(scratch.h.as<uint8_t>(),
-                               scratch.x.as<uint8_t>() + row_bytes * job.sot_index, row_bytes,
-                               cudaMemcpyDeviceToDevice, stream),
-               "prompt rows");
-    gpu::check(cudaMemcpyAsync(scratch.h.as<uint8_t>() + row_bytes,
-                               scratch.x.as<uint8_t>() + row_bytes * (prompt - 1), row_bytes,
-                               cudaMemcpyDeviceToDevice, stream),
-               "prompt rows");
-    cuda::logits(pass, config_, weights_, scratch.h.data(), 2, two_rows.as<float>());
-    gpu::check(cudaMemcpyAsync(logits_buffer.as<float>() + int64_t{j} * vocab,
-                               two_rows.as<float>() + vocab, sizeof(float) * vocab,
-                               cudaMemcpyDeviceToDevice, stream),
-               "prompt logits");
-    gpu::download(two_rows.data(), sizeof(float) * vocab, sot_host.data(), stream);
-    stream_.synchronize();
-    if (vocabulary_.no_speech >= 0 && vocabulary_.no_speech < vocab) {
-      outcomes[j].no_speech_prob = static_cast<float>(
-          std::exp(sot_host[vocabulary_.no_speech] - log_sum_exp(sot_host.data(), vocab)));
+    const int64_t rows[] = {job.sot_index, prompt - 1};
+    cuda::gather_rows(scratch.x.data(), rows, row_bytes, selected.as<uint8_t>() + 2 * row_bytes * j,
+                      stream);
+  }
+  const size_t row_floats = sizeof(float) * vocab;
+  gpu::Buffer prompt_logits(2 * row_floats * batch);
+  cuda::logits(pass, config_, weights_, selected.data(), 2 * batch, prompt_logits.as<float>());
+  gpu::check(
+      cudaMemcpy2DAsync(logits_buffer.data(), row_floats, prompt_logits.as<uint8_t>() + row_floats,
+                        2 * row_floats, row_floats, batch, cudaMemcpyDeviceToDevice, stream),
+      "prompt logits");
+  std::vector<float> sot_host(static_cast<size_t>(batch) * vocab);
+  gpu::check(cudaMemcpy2DAsync(sot_host.data(), row_floats, prompt_logits.data(), 2 * row_floats,
+                               row_floats, batch, cudaMemcpyDeviceToHost, stream),
+             "prompt logits");
+  stream_.synchronize();
+  std::vector<GreedyOutcome> outcomes(batch);
+  if (vocabulary_.no_speech >= 0 && vocabulary_.no_speech < vocab) {
+    for (int j = 0; j < batch; ++j) {
+      const float* at_sot = sot_host.data() + static_cast<size_t>(j) * vocab;
+      outcomes[j].no_speech_prob =
+          static_cast<float>(std::exp(at_sot[vocabulary_.no_speech] - log_sum_exp(at_sot, vocab)));
     }
   }
   std::vector<int32_t> positions(batch), lengths(batch),
