@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# Everything the GPU machine checks and measures, in one call (see docs/gpu.md):
+# Everything the GPU machine checks and measures, in one call (figures and commands: bench/RESULTS.md):
 #   bench/gpu.sh OUT_DIR [BUILD_DIR] [STAGE...]
 # STAGE: tests (GPU unit and parity tests), large (large-v3 parity against transformers fp16/fp32),
 # bench (hark bench on large-v3 / turbo, f16 and q8_0), transformers (the same workload with
-# transformers, for the ratios). Default: all four. Full logs go to OUT_DIR; a short summary is
+# transformers, for the ratios), parakeet (hark bench and bench/transformers_parakeet.py on
+# parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16), parakeet-oracle (tools/oracle/parakeet.py:
+# the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz). Default: the first
+# four. Full logs go to OUT_DIR; a short summary is
 # printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
 set -uo pipefail
@@ -27,6 +30,17 @@ summary="$out/summary.txt"
 : > "$summary"
 
 has() { [[ " $stages " == *" $1 "* ]]; }
+
+if has parakeet-oracle; then
+  echo "== Parakeet oracle (transformers references)" | tee -a "$summary"
+  oracle_dir=$(mktemp -d)
+  PYTHONUNBUFFERED=1 timeout 400 python3 tools/oracle/parakeet.py "$oracle_dir" > "$out/parakeet-oracle.log" 2>&1
+  echo "exit $?" >> "$summary"
+  tail -5 "$out/parakeet-oracle.log" >> "$summary"
+  # The run tool brings back few files: one archive, without the library sources it packs.
+  tar czf "$out/parakeet-oracle.tar.gz" -C "$oracle_dir" --exclude='transformers-*src*' .
+  rm -rf "$oracle_dir"
+fi
 
 if has tests; then
   echo "== GPU tests" | tee -a "$summary"
@@ -56,6 +70,19 @@ if has bench; then
     echo "exit $? ($run)" >> "$out/bench.log"
   done
   cat "$out/bench.log" >> "$summary"
+fi
+
+if has parakeet; then
+  echo "== Parakeet: hark bench and transformers (same GPU, same pattern)" | tee -a "$summary"
+  for model in parakeet-tdt-0.6b-v2 parakeet-ctc-1.1b; do
+    timeout 300 "$build/hark" bench --device cuda --model "$model" --type bf16 --batches 64 \
+      --seconds 20 --repeats 3 >> "$out/parakeet.log" 2>&1
+    echo "exit $? (hark $model)" >> "$out/parakeet.log"
+    timeout 300 python3 bench/transformers_parakeet.py --model "$model" --batch 64 --seconds 20 \
+      --repeats 3 >> "$out/parakeet.log" 2>&1
+    echo "exit $? (transformers $model)" >> "$out/parakeet.log"
+  done
+  grep -vE "^\{|^JSON" "$out/parakeet.log" | tail -40 >> "$summary"
 fi
 
 if has transformers; then

@@ -9,19 +9,14 @@
 
 #include "audio/decoder.h"
 #include "audio/samples.h"
+#include "base/little_endian.h"
 
 namespace hark::audio {
 namespace {
 
-uint16_t u16(const uint8_t* p) {
-  return static_cast<uint16_t>(p[0] | p[1] << 8);
-}
-uint32_t u32(const uint8_t* p) {
-  return p[0] | p[1] << 8 | p[2] << 16 | static_cast<uint32_t>(p[3]) << 24;
-}
-uint64_t u64(const uint8_t* p) {
-  return u32(p) | static_cast<uint64_t>(u32(p + 4)) << 32;
-}
+using little_endian::u16;
+using little_endian::u32;
+using little_endian::u64;
 
 bool is_id(const uint8_t* bytes, const char* id) {
   return std::memcmp(bytes, id, 4) == 0;

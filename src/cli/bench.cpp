@@ -1,5 +1,7 @@
-// `hark bench`: the speed of a real Whisper configuration with random weights, generated on the
-// fly (no download), decoding a fixed number of tokens per window.
+// `hark bench`: the speed of a real Whisper or Parakeet configuration with random weights,
+// generated on the fly (no download). Whisper decodes a fixed number of tokens per window;
+// Parakeet's decoder takes its decisions from a fixed emission pattern.
+#include <sys/resource.h>
 #include <unistd.h>
 #include <algorithm>
 #include <chrono>
@@ -10,12 +12,15 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/random.h"
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "compute/cuda/cuda.h"
 #include "compute/ops.h"
 #include "format/dtype.h"
 #include "format/gguf.h"
+#include "models/parakeet/model.h"
+#include "models/parakeet/synthetic.h"
 #include "models/whisper/model.h"
 #include "models/whisper/synthetic.h"
 
@@ -26,21 +31,31 @@ namespace {
 const Option bench_options[] = {
     {"model", 'm', "NAME",
      "Whisper configuration: tiny, base, small, medium, large-v2,\n"
-     "large-v3, large-v3-turbo (and the .en ones). Default: base."},
+     "large-v3, large-v3-turbo (and the .en ones); or Parakeet:\n"
+     "parakeet-tdt-0.6b-v2, parakeet-tdt-0.6b-v3, parakeet-ctc-1.1b,\n"
+     "parakeet-rnnt-1.1b, parakeet-ctc-0.6b. Default: base."},
     {"type", 0, "TYPE", "Weight type: f32, f16 (default), bf16 or q8_0."},
-    {"tokens", 0, "N", "Decoder steps timed per window (default 120)."},
-    {"windows", 0, "N", "Encoder windows timed (default 3)."},
+    {"tokens", 0, "N", "Whisper: decoder steps timed per window (default 120)."},
+    {"windows", 0, "N", "Whisper: encoder windows timed (default 3)."},
     {"threads", 't', "N", "CPU threads (default: all cores)."},
     device_option,
     {"batches", 0, "LIST",
-     "GPU: batch sizes to time, comma-separated (default 1,16,64).\n"
-     "Each encodes that many windows at once and decodes them together."},
+     "Batch sizes to time, comma-separated. Whisper (GPU): default\n"
+     "1,16,64; each encodes that many windows at once and decodes\n"
+     "them together. Parakeet: B utterances of --seconds each;\n"
+     "default none (only the 10-s clip)."},
+    {"seconds", 0, "S", "Parakeet: utterance length of the --batches (default 20)."},
+    {"repeats", 0, "N", "Parakeet: timed runs per row, median shown (default 1)."},
 };
 
+constexpr std::string_view whisper_only_options[] = {"tokens", "windows"};
+constexpr std::string_view parakeet_only_options[] = {"seconds", "repeats"};
+
 constexpr std::string_view bench_description =
-    "Writes a GGUF with random weights of the configuration to a temporary file,\n"
-    "loads it, and times the encoder per 30-s window and the decoder per token\n"
-    "after a 4-token prompt, with a fixed number of decoder steps per window.\n"
+    "Writes a GGUF with random weights of the configuration to a temporary file\n"
+    "and loads it. Whisper: times the encoder per 30-s window and the decoder\n"
+    "per token after a 4-token prompt, with a fixed number of decoder steps per\n"
+    "window.\n"
     "Prints the medians and the real-time factor (RTFx) of the standard\n"
     "workload: 1 hour of audio = 120 windows of 30 s, 120 tokens each.\n"
     "\n"
@@ -49,7 +64,19 @@ constexpr std::string_view bench_description =
     "(CUDA Graph step, logit rules and argmax on the GPU), running exactly\n"
     "--tokens steps whatever the random weights choose; the step's cost does not\n"
     "depend on the tokens. RTFx at batch B = 3600 s / (120 x (encoder + prompt\n"
-    "per window) + 120 x 120 x step / B).";
+    "per window) + 120 x 120 x step / B).\n"
+    "\n"
+    "Parakeet: times one 10-s clip at batch 1 (latency), then each --batches\n"
+    "size B with B utterances of --seconds (throughput): features + encoder,\n"
+    "and decoding, after one warm-up run of a 1-s clip. The input is noise at\n"
+    "speech level (the cost does not depend on the content). Random weights\n"
+    "emit arbitrarily, so the decoder takes its decisions from a fixed\n"
+    "pattern while doing all its usual work (joint network for every\n"
+    "utterance, prediction network for those that emit, in lockstep): a token\n"
+    "on every 4th encoder frame (one per 320 ms), TDT duration 2, blanks\n"
+    "elsewhere. RTFx = audio seconds / (features + encoder + decoding).\n"
+    "CPU or GPU (--device). On the CPU the defaults take about 20 s for a 0.6b\n"
+    "model on 2 cores, writing the weights included.";
 
 using Clock = std::chrono::steady_clock;
 
@@ -178,9 +205,122 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
   }
 }
 
-int bench(const ParsedArgs& args) {
-  if (!args.positionals.empty()) usage_fail("unexpected argument '", args.positionals[0], "'");
-  const std::string name = args.value_or("model", "base");
+// --- Parakeet ---
+
+// Noise at speech level (RMS 0.1, -20 dBFS), seeded.
+std::vector<float> noise_clip(double seconds, uint64_t seed) {
+  std::vector<float> samples(static_cast<size_t>(seconds * 16000));
+  SplitMix64 random(seed);
+  for (float& sample : samples) sample = 0.17f * random.uniform();
+  return samples;
+}
+
+struct ParakeetTimes {
+  double features_ms = 0, encode_ms = 0, decode_ms = 0;
+  size_t tokens = 0;
+};
+
+// One run: the front end alone (to show its share), then features + encoder and the patterned
+// decode of the whole batch.
+ParakeetTimes time_parakeet(const parakeet::Model& model,
+                            std::span<const std::span<const float>> batch,
+                            const parakeet::EmissionPattern& pattern) {
+  ParakeetTimes times;
+  auto start = Clock::now();
+  model.batch_features(batch);
+  times.features_ms = elapsed_ms(start);
+  start = Clock::now();
+  const auto encoded = model.encode(batch);
+  times.encode_ms = elapsed_ms(start);
+  start = Clock::now();
+  for (const auto& emissions : model.decode_pattern(*encoded, pattern)) {
+    times.tokens += emissions.size();
+  }
+  times.decode_ms = elapsed_ms(start);
+  return times;
+}
+
+void bench_parakeet_row(const parakeet::Model& model, const char* label, int batch, double seconds,
+                        int repeats, const parakeet::EmissionPattern& pattern) {
+  std::vector<std::vector<float>> clips;
+  for (int b = 0; b < batch; ++b) clips.push_back(noise_clip(seconds, 1000 + b));
+  const std::vector<std::span<const float>> spans(clips.begin(), clips.end());
+  std::vector<double> features_ms, encode_ms, decode_ms, total_ms;
+  size_t tokens = 0;
+  for (int i = 0; i < repeats; ++i) {
+    const ParakeetTimes times = time_parakeet(model, spans, pattern);
+    features_ms.push_back(times.features_ms);
+    encode_ms.push_back(times.encode_ms);
+    decode_ms.push_back(times.decode_ms);
+    total_ms.push_back(times.encode_ms + times.decode_ms);
+    tokens = times.tokens;
+  }
+  const double total = median(total_ms);
+  std::printf("%-10s %6d %8.1f %12.1f %12.1f %11.1f %10.1f %7zu %9.1f\n", label, batch,
+              batch * seconds, median(features_ms), median(encode_ms), median(decode_ms), total,
+              tokens, batch * seconds / (total / 1000));
+  std::fflush(stdout);
+}
+
+double peak_rss_gib() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / (1 << 20);  // kilobytes on Linux
+}
+
+int bench_parakeet(const ParsedArgs& args, const std::string& name, const std::string& path) {
+  for (std::string_view option : whisper_only_options) {
+    if (args.has(option)) usage_fail("--", option, " is an option of Whisper configurations");
+  }
+  const parakeet::Config& config = parakeet::reference_config(name);
+  const DType type = dtype_from_name(args.value_or("type", "f16"));
+  const double seconds = args.float_or("seconds", 20, 0.1, 400);
+  const int repeats = args.int_or("repeats", 1, 1, 1000);
+  if (args.has("threads")) compute::set_threads(args.int_or("threads", 1, 1, 1024));
+  const parakeet::Device device = parakeet_device_from_args(args);
+  const std::vector<int> batches =
+      args.has("batches") ? batch_list(args.value_or("batches", "")) : std::vector<int>{};
+
+  std::fprintf(stderr, "hark: writing random %s weights (%s)...\n", name.c_str(),
+               std::string(dtype_name(type)).c_str());
+  parakeet::write_random_model(config, type, path, 1234);
+  const auto model = parakeet::Model::load(gguf::File::open(path), device);
+  const parakeet::EmissionPattern pattern;
+  const bool on_gpu = device == parakeet::Device::cuda;
+  std::printf("model            %s (%s weights, random) on %s\n", name.c_str(),
+              std::string(dtype_name(type)).c_str(),
+              on_gpu ? ("cuda (" + compute::cuda::describe() + ")").c_str() : "cpu");
+  std::printf("threads          %d\n", compute::threads());
+  std::printf("decoder pattern  a token every %d encoder frames (%.0f ms)%s, blanks elsewhere\n",
+              pattern.frames_per_token, 1000 * pattern.frames_per_token * model->frame_seconds(),
+              config.head == parakeet::Head::tdt
+                  ? (", TDT duration " + std::to_string(pattern.duration)).c_str()
+                  : "");
+  // Warm-up: first touch of the weights' pages, buffers, the BLAS threads.
+  const std::vector<float> warm_up = noise_clip(1.0, 999);
+  const std::span<const float> warm_up_batch[] = {warm_up};
+  time_parakeet(*model, warm_up_batch, pattern);
+
+  std::printf("%-10s %6s %8s %12s %12s %11s %10s %7s %9s\n", "", "batch", "audio s", "features ms",
+              "feat+enc ms", "decode ms", "total ms", "tokens", "RTFx");
+  bench_parakeet_row(*model, "latency", 1, 10.0, repeats, pattern);
+  for (int batch : batches) {
+    bench_parakeet_row(*model, "throughput", batch, seconds, repeats, pattern);
+  }
+  std::printf("peak RSS         %.2f GiB (the mapped weights included)\n", peak_rss_gib());
+  if (on_gpu) {
+    std::printf("peak GPU         %.2f GiB (hark's buffers: weights, activations, workspace)\n",
+                static_cast<double>(compute::cuda::peak_allocated_bytes()) / (1 << 30));
+  }
+  return 0;
+}
+
+// --- Whisper ---
+
+int bench_whisper(const ParsedArgs& args, const std::string& name, const std::string& path) {
+  for (std::string_view option : parakeet_only_options) {
+    if (args.has(option)) usage_fail("--", option, " is an option of Parakeet configurations");
+  }
   const whisper::Config& config = whisper::reference_config(name);
   const DType type = dtype_from_name(args.value_or("type", "f16"));
   const int tokens = args.int_or("tokens", 120, 2, config.max_target_positions - 8);
@@ -189,13 +329,10 @@ int bench(const ParsedArgs& args) {
   const whisper::Device device = device_from_args(args);
   const std::vector<int> batches = batch_list(args.value_or("batches", "1,16,64"));
 
-  TemporaryFile model_file{(std::filesystem::temp_directory_path() /
-                            ("hark-bench-" + std::to_string(getpid()) + ".gguf"))
-                               .string()};
   std::fprintf(stderr, "hark: writing random %s weights (%s)...\n", name.data(),
                std::string(dtype_name(type)).c_str());
-  whisper::write_random_model(config, type, model_file.path, 1234);
-  const auto model = whisper::Model::load(gguf::File::open(model_file.path), device);
+  whisper::write_random_model(config, type, path, 1234);
+  const auto model = whisper::Model::load(gguf::File::open(path), device);
   std::printf("model            %s (%s weights, random) on %s\n", name.data(),
               std::string(dtype_name(type)).c_str(), device_name(device));
   if (device == whisper::Device::cuda) {
@@ -206,12 +343,23 @@ int bench(const ParsedArgs& args) {
   return 0;
 }
 
+int bench(const ParsedArgs& args) {
+  if (!args.positionals.empty()) usage_fail("unexpected argument '", args.positionals[0], "'");
+  const std::string name = args.value_or("model", "base");
+  const TemporaryFile model_file{(std::filesystem::temp_directory_path() /
+                                  ("hark-bench-" + std::to_string(getpid()) + ".gguf"))
+                                     .string()};
+  return name.starts_with("parakeet") ? bench_parakeet(args, name, model_file.path)
+                                      : bench_whisper(args, name, model_file.path);
+}
+
 }  // namespace
 
 const Command bench_command{
     "bench",
-    "Time a Whisper configuration with random weights (no download).",
-    "hark bench [--model NAME] [--type TYPE] [--device D] [--batches LIST] [--tokens N]",
+    "Time a Whisper or Parakeet configuration with random weights (no download).",
+    "hark bench [--model NAME] [--type TYPE] [--device D] [--batches LIST] [--tokens N | "
+    "--seconds S]",
     bench_description,
     bench_options,
     bench,

@@ -1,5 +1,6 @@
 // `hark convert HF_DIR -o model.gguf`: a Hugging Face checkpoint (Whisper or Parakeet) to GGUF.
-// config.json says which model it is; each family's converter reads the rest.
+// config.json says which model it is; each family's converter reads the rest. A file rather than
+// a directory is a NeMo .nemo archive (Parakeet).
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "cli/terminal.h"
 #include "format/dtype.h"
 #include "models/parakeet/convert.h"
+#include "models/parakeet/nemo.h"
 #include "models/whisper/convert.h"
 
 namespace hark::cli {
@@ -40,6 +42,8 @@ constexpr std::string_view convert_description =
     "            defaults are used and a warning says so).\n"
     "  Parakeet  ParakeetForCTC, ParakeetForRNNT or ParakeetForTDT; tokenizer.json\n"
     "            and preprocessor_config.json (or processor_config.json).\n"
+    "HF_DIR may also be a NeMo .nemo archive of a Parakeet model (CTC, RNN-T or\n"
+    "TDT); it gives the GGUF that transformers' conversion would lead to.\n"
     "FILE is written only when the whole conversion succeeded.";
 
 enum class Family { whisper, parakeet };
@@ -103,12 +107,15 @@ int convert(const ParsedArgs& args) {
   const DType type = weight_type(args);
 
   const std::string& hf_dir = args.positionals[0];
-  const Family family = detect_family(hf_dir);
+  const bool nemo = parakeet::is_nemo_archive(hf_dir);
+  const Family family = nemo ? Family::parakeet : detect_family(hf_dir);
   ProgressLine progress("hark: converting");
   const auto report = [&progress](int done, int total, std::string_view) {
     progress.update(total > 0 ? double(done) / total : 1.0);
   };
-  if (family == Family::parakeet) {
+  if (nemo) {
+    parakeet::convert_nemo(hf_dir, *output, type, report);
+  } else if (family == Family::parakeet) {
     parakeet::convert_checkpoint(hf_dir, *output, type, report);
   } else {
     whisper::convert_checkpoint(hf_dir, *output, type, report);
@@ -127,8 +134,8 @@ int convert(const ParsedArgs& args) {
 
 const Command convert_command{
     "convert",
-    "Convert a Hugging Face Whisper or Parakeet checkpoint to GGUF.",
-    "hark convert HF_DIR -o FILE [--type f32|f16|bf16|q8_0]",
+    "Convert a Hugging Face Whisper or Parakeet checkpoint (or a .nemo) to GGUF.",
+    "hark convert HF_DIR|MODEL.nemo -o FILE [--type f32|f16|bf16|q8_0]",
     convert_description,
     convert_options,
     convert,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/args.h"
+#include "models/parakeet/model.h"
 #include "models/whisper/model.h"
 
 namespace hark::cli {
@@ -12,5 +13,7 @@ extern const Option device_option;
 // Throws a usage error for an unknown name, hark::Error for cuda without a usable GPU.
 whisper::Device device_from_args(const ParsedArgs& args);
 const char* device_name(whisper::Device device);
+// The same choice for a Parakeet model.
+parakeet::Device parakeet_device_from_args(const ParsedArgs& args);
 
 }  // namespace hark::cli

@@ -1,4 +1,6 @@
-// `hark run MODEL AUDIO...`: transcribes (or translates) audio files with a Whisper GGUF model.
+// `hark run MODEL AUDIO...`: transcribes (or translates) audio files with a Whisper or Parakeet
+// GGUF model. The model file's general.architecture picks the family; the inputs, outputs,
+// progress and error handling are shared, the decoding options are the family's own.
 
 #include <algorithm>
 #include <chrono>
@@ -21,10 +23,14 @@
 #include "compute/cuda/cuda.h"
 #include "compute/ops.h"
 #include "format/gguf.h"
+#include "models/parakeet/model.h"
+#include "models/parakeet/transcribe.h"
 #include "models/whisper/model.h"
 #include "models/whisper/tokens.h"
 #include "models/whisper/transcribe.h"
 #include "pipeline/output.h"
+#include "pipeline/pieces.h"
+#include "pipeline/segmenter.h"
 #include "text/bpe.h"
 
 namespace hark::cli {
@@ -63,11 +69,22 @@ const Option run_options[] = {
      "Decode N 30-s windows of a file at once, each on its own (no\n"
      "earlier text in the prompt), as faster-whisper's batched mode.\n"
      "Default 1: openai's sequential decoding."},
+    {"max-piece", 0, "SECONDS",
+     "Parakeet: cut audio longer than this at pauses into pieces\n"
+     "transcribed as a batch (default 120, at most 400)."},
     {"verbose", 'v', "", "Log model details and timings to stderr."},
 };
 
+// The options only Whisper models take, and the one only Parakeet models take: given to the
+// other family they are a usage error, not silently ignored.
+constexpr std::string_view whisper_only_options[] = {"language",   "task",        "translate",
+                                                     "beam-size",  "temperature", "no-fallback",
+                                                     "timestamps", "max-tokens",  "prompt"};
+constexpr std::string_view parakeet_only_options[] = {"max-piece"};
+
 constexpr std::string_view run_description =
-    "MODEL is the path to a Whisper model in GGUF format (see 'hark convert').\n"
+    "MODEL is the path to a Whisper or Parakeet model in GGUF format (see\n"
+    "'hark convert').\n"
     "AUDIO is a WAV file (mp3, flac, ogg, m4a, opus, ... when built with FFmpeg),\n"
     "or - to read audio from stdin. All files are transcribed, one after another.\n"
     "\n"
@@ -78,7 +95,12 @@ constexpr std::string_view run_description =
     "A file that fails is reported on stderr as one line 'hark: error: ...' and the\n"
     "other files still run. Exit status: 0 when every file was transcribed, 1 when\n"
     "any failed (or the model could not be loaded), 2 for a bad command line.\n"
-    "Progress is shown on stderr when it is a terminal.";
+    "Progress is shown on stderr when it is a terminal.\n"
+    "\n"
+    "Parakeet models (CTC, RNN-T, TDT) decode greedily, with word and token\n"
+    "times in json. Long audio is cut at pauses into pieces of at most --max-piece\n"
+    "seconds, --batch-size of them encoded at once; the text comes back as\n"
+    "subtitle-sized segments (cut at sentence ends and pauses, at most 6.5 s).";
 
 std::vector<float> temperature_ladder(double start, bool fallback) {
   std::vector<float> temperatures;
@@ -209,30 +231,99 @@ void report_failure(const std::string& input, const std::string& message) {
   std::fprintf(stderr, "hark: error: %s\n", about_input(input, message).c_str());
 }
 
-int run(const ParsedArgs& args) {
-  if (args.positionals.empty()) usage_fail("missing MODEL and AUDIO (see 'hark help run')");
-  if (args.positionals.size() < 2) usage_fail("missing AUDIO: give at least one audio file or -");
-  const std::string& model_path = args.positionals[0];
-  const std::vector<std::string> inputs(args.positionals.begin() + 1, args.positionals.end());
-  if (std::count(inputs.begin(), inputs.end(), "-") > 1)
-    usage_fail("stdin (-) can be read only once");
-
-  if (args.has("verbose")) log::set_level(log::Level::info);
-  whisper::Options options = decoding_options(args);
-  const whisper::Device device = device_from_args(args);
-  const output::Format format = output_format(args);
-  if (args.has("threads")) compute::set_threads(args.int_or("threads", 0, 1, 4096));
-
-  const std::optional<std::string> output_dir = args.value("output-dir");
-  std::vector<fs::path> destinations;
-  if (output_dir) {
-    destinations = output_paths(inputs, *output_dir, format);
-    std::error_code error;
-    fs::create_directories(*output_dir, error);
-    if (error) fail("cannot create output directory ", *output_dir, ": ", error.message());
+// Where results go, and how a failing input is reported while the others go on.
+class Outputs {
+ public:
+  Outputs(std::vector<std::string> inputs, output::Format format,
+          std::optional<std::string> output_dir)
+      : inputs_(std::move(inputs)), format_(format), output_dir_(std::move(output_dir)) {
+    if (output_dir_) {
+      destinations_ = output_paths(inputs_, *output_dir_, format_);
+      std::error_code error;
+      fs::create_directories(*output_dir_, error);
+      if (error) fail("cannot create output directory ", *output_dir_, ": ", error.message());
+    }
   }
 
-  const auto model_file = open_model_file(model_path);
+  const std::vector<std::string>& inputs() const { return inputs_; }
+  int failures() const { return failures_; }
+
+  void emit(size_t i, const Transcript& transcript) {
+    const std::string& input = inputs_[i];
+    const bool several_on_stdout = !output_dir_ && inputs_.size() > 1;
+    if (output_dir_) {
+      write_file(destinations_[i], output::render(transcript, format_));
+      log::info("wrote ", destinations_[i].string());
+    } else if (several_on_stdout && format_ == output::Format::json) {
+      nlohmann::ordered_json line = output::to_json_value(transcript);
+      line["file"] = input;
+      write_stdout(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
+                   "\n");
+    } else if (several_on_stdout) {
+      write_stdout((printed_any_ ? "\n==> " : "==> ") + input + " <==\n" +
+                   output::render(transcript, format_));
+      printed_any_ = true;
+    } else {
+      write_stdout(output::render(transcript, format_));
+    }
+  }
+
+  // Runs `body` for the inputs it names; an input's own failure is reported and counted, and
+  // the others go on. Usage and output errors stop everything.
+  template <class Body>
+  void guarded(const std::vector<size_t>& which, Body&& body) {
+    try {
+      body();
+    } catch (const std::bad_alloc&) {
+      for (size_t i : which) report_failure(inputs_[i], "out of memory");
+      failures_ += static_cast<int>(which.size());
+    } catch (const UsageError&) {
+      throw;
+    } catch (const OutputFailed&) {
+      throw;
+    } catch (const std::exception& error) {
+      for (size_t i : which) report_failure(inputs_[i], error.what());
+      failures_ += static_cast<int>(which.size());
+    }
+  }
+
+ private:
+  std::vector<std::string> inputs_;
+  output::Format format_;
+  std::optional<std::string> output_dir_;
+  std::vector<fs::path> destinations_;
+  bool printed_any_ = false;
+  int failures_ = 0;
+};
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+void log_speed(const std::string& what, double audio_seconds, double seconds,
+               const std::string& language) {
+  log::info(what, ": ", audio_seconds, " s of audio in ", seconds, " s (",
+            seconds > 0 ? audio_seconds / seconds : 0.0, "x real time)",
+            language.empty() ? "" : ", language " + language);
+}
+
+std::string shown_name(const std::string& input) {
+  return input == "-" ? "stdin" : input;
+}
+
+void reject_options(const ParsedArgs& args, std::span<const std::string_view> names,
+                    const std::string& why) {
+  for (std::string_view name : names) {
+    if (args.has(name)) usage_fail("--", name, " ", why);
+  }
+}
+
+int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Device device,
+                const std::shared_ptr<const gguf::File>& model_file, Outputs& outputs) {
+  reject_options(args, parakeet_only_options, "is an option of Parakeet models");
+  const std::string& model_path = model_file->path();
   const std::unique_ptr<whisper::Model> model = whisper::Model::load(model_file, device);
   const text::BpeTokenizer tokenizer = text::BpeTokenizer::from_gguf(*model_file);
   if (!options.language.empty()) model->vocabulary().language_token(options.language);
@@ -249,66 +340,18 @@ int run(const ParsedArgs& args) {
             config.vocab_size,
             model->vocabulary().multilingual ? ", multilingual" : ", English-only");
 
-  const bool several_on_stdout = !output_dir && inputs.size() > 1;
-  bool printed_any = false;
-  auto emit = [&](size_t i, const Transcript& transcript) {
-    const std::string& input = inputs[i];
-    if (output_dir) {
-      write_file(destinations[i], output::render(transcript, format));
-      log::info("wrote ", destinations[i].string());
-    } else if (several_on_stdout && format == output::Format::json) {
-      nlohmann::ordered_json line = output::to_json_value(transcript);
-      line["file"] = input;
-      write_stdout(line.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) +
-                   "\n");
-    } else if (several_on_stdout) {
-      write_stdout((printed_any ? "\n==> " : "==> ") + input + " <==\n" +
-                   output::render(transcript, format));
-      printed_any = true;
-    } else {
-      write_stdout(output::render(transcript, format));
-    }
-  };
-  // Runs `body` for the inputs it names; an input's own failure is reported and counted, and
-  // the others go on. Usage and output errors stop everything.
-  int failures = 0;
-  auto guarded = [&](const std::vector<size_t>& which, auto&& body) {
-    try {
-      body();
-    } catch (const std::bad_alloc&) {
-      for (size_t i : which) report_failure(inputs[i], "out of memory");
-      failures += static_cast<int>(which.size());
-    } catch (const UsageError&) {
-      throw;
-    } catch (const OutputFailed&) {
-      throw;
-    } catch (const std::exception& error) {
-      for (size_t i : which) report_failure(inputs[i], error.what());
-      failures += static_cast<int>(which.size());
-    }
-  };
-  auto log_speed = [](const std::string& what, double audio_seconds, double seconds,
-                      const std::string& language) {
-    log::info(what, ": ", audio_seconds, " s of audio in ", seconds, " s (",
-              seconds > 0 ? audio_seconds / seconds : 0.0, "x real time)",
-              language.empty() ? "" : ", language " + language);
-  };
-  using Clock = std::chrono::steady_clock;
-  auto seconds_since = [](Clock::time_point start) {
-    return std::chrono::duration<double>(Clock::now() - start).count();
-  };
-
+  const std::vector<std::string>& inputs = outputs.inputs();
   if (options.batch_size > 1 && inputs.size() > 1) {
     // Batched mode over several files: their windows share the batches.
     std::vector<size_t> loaded;
     std::vector<std::vector<float>> recordings;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      guarded({i}, [&] {
+      outputs.guarded({i}, [&] {
         recordings.push_back(audio::load(inputs[i], audio::kSampleRate));
         loaded.push_back(i);
       });
     }
-    guarded(loaded, [&] {
+    outputs.guarded(loaded, [&] {
       const auto started = Clock::now();
       std::vector<std::span<const float>> views(recordings.begin(), recordings.end());
       ProgressLine progress("hark: " + std::to_string(loaded.size()) + " files");
@@ -320,33 +363,112 @@ int run(const ParsedArgs& args) {
       for (const Transcript& transcript : transcripts) audio_seconds += transcript.duration;
       log_speed(std::to_string(loaded.size()) + " files", audio_seconds, seconds_since(started),
                 "");
-      for (size_t k = 0; k < loaded.size(); ++k) emit(loaded[k], transcripts[k]);
+      for (size_t k = 0; k < loaded.size(); ++k) outputs.emit(loaded[k], transcripts[k]);
     });
-    return failures == 0 ? 0 : 1;
+    return outputs.failures() == 0 ? 0 : 1;
   }
 
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const std::string shown = inputs[i] == "-" ? "stdin" : inputs[i];
-    guarded({i}, [&] {
+    outputs.guarded({i}, [&] {
       const auto started = Clock::now();
       const std::vector<float> samples = audio::load(inputs[i], audio::kSampleRate);
-      ProgressLine progress("hark: " + shown);
+      ProgressLine progress("hark: " + shown_name(inputs[i]));
       options.on_progress = [&progress](double fraction) { progress.update(fraction); };
       const Transcript transcript = whisper::transcribe(*model, tokenizer, samples, options);
       progress.clear();
-      log_speed(shown, static_cast<double>(samples.size()) / audio::kSampleRate,
+      log_speed(shown_name(inputs[i]), static_cast<double>(samples.size()) / audio::kSampleRate,
                 seconds_since(started), transcript.language);
-      emit(i, transcript);
+      outputs.emit(i, transcript);
     });
   }
-  return failures == 0 ? 0 : 1;
+  return outputs.failures() == 0 ? 0 : 1;
+}
+
+// Parakeet: each file cut at pauses into pieces its encoder's full attention handles, the pieces
+// transcribed `batch_size` at a time, then re-cut into subtitle-sized segments by their words.
+int run_parakeet(const ParsedArgs& args, const std::shared_ptr<const gguf::File>& model_file,
+                 Outputs& outputs) {
+  reject_options(args, whisper_only_options,
+                 "is an option of Whisper models; Parakeet decodes greedily and takes no "
+                 "language, task, prompt or timestamp mode");
+  const parakeet::Device device = parakeet_device_from_args(args);
+  const std::unique_ptr<parakeet::Model> model = parakeet::Model::load(model_file, device);
+  const parakeet::Config& config = model->config();
+  const double longest = static_cast<double>(model->max_samples()) / config.sample_rate;
+  PieceLimits limits;
+  limits.max_seconds = args.float_or("max-piece", std::min(120.0, longest), 1.0, 400.0);
+  if (limits.max_seconds > longest) {
+    usage_fail("--max-piece ", limits.max_seconds, " is longer than this model's longest input, ",
+               longest, " s");
+  }
+  const int batch_size = args.int_or("batch-size", 4, 1, 1024);
+  log::info("device ", device == parakeet::Device::cuda ? "cuda (" + compute::cuda::describe() + ")"
+                                                        : std::string("cpu"));
+  log::info("model ", model_file->path(), ": Parakeet ", parakeet::head_name(config.head),
+            ", d_model ", config.d_model, ", ", config.layers, " layers, vocabulary ",
+            config.vocab_size, "; pieces of at most ", limits.max_seconds, " s, ", batch_size,
+            " at a time");
+
+  const std::vector<std::string>& inputs = outputs.inputs();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    outputs.guarded({i}, [&] {
+      const auto started = Clock::now();
+      const std::vector<float> samples = audio::load(inputs[i], config.sample_rate);
+      if (samples.empty()) fail("the audio is empty");
+      std::vector<parakeet::Piece> pieces;
+      for (const SampleRange& range : split_at_pauses(samples, limits, config.sample_rate)) {
+        pieces.push_back({std::span(samples).subspan(range.begin, range.size()),
+                          static_cast<double>(range.begin) / config.sample_rate});
+      }
+      log::info(shown_name(inputs[i]), ": ", pieces.size(),
+                pieces.size() == 1 ? " piece" : " pieces");
+      Transcript transcript;
+      transcript.duration = static_cast<double>(samples.size()) / config.sample_rate;
+      ProgressLine progress("hark: " + shown_name(inputs[i]));
+      for (size_t first = 0; first < pieces.size(); first += batch_size) {
+        const size_t count = std::min<size_t>(batch_size, pieces.size() - first);
+        for (Segment& segment :
+             parakeet::transcribe_pieces(*model, std::span(pieces).subspan(first, count))) {
+          if (!segment.text.empty()) transcript.segments.push_back(std::move(segment));
+        }
+        progress.update(static_cast<double>(first + count) / static_cast<double>(pieces.size()));
+      }
+      progress.clear();
+      log_speed(shown_name(inputs[i]), transcript.duration, seconds_since(started), "");
+      outputs.emit(i, split_by_words(transcript));
+    });
+  }
+  return outputs.failures() == 0 ? 0 : 1;
+}
+
+int run(const ParsedArgs& args) {
+  if (args.positionals.empty()) usage_fail("missing MODEL and AUDIO (see 'hark help run')");
+  if (args.positionals.size() < 2) usage_fail("missing AUDIO: give at least one audio file or -");
+  const std::string& model_path = args.positionals[0];
+  std::vector<std::string> inputs(args.positionals.begin() + 1, args.positionals.end());
+  if (std::count(inputs.begin(), inputs.end(), "-") > 1)
+    usage_fail("stdin (-) can be read only once");
+
+  if (args.has("verbose")) log::set_level(log::Level::info);
+  // Every option's value is checked before the model is read: a usage error costs no load.
+  const whisper::Options whisper_options = decoding_options(args);
+  const whisper::Device device = device_from_args(args);
+  args.float_or("max-piece", 120.0, 1.0, 400.0);
+  const output::Format format = output_format(args);
+  if (args.has("threads")) compute::set_threads(args.int_or("threads", 0, 1, 4096));
+  Outputs outputs(std::move(inputs), format, args.value("output-dir"));
+
+  const auto model_file = open_model_file(model_path);
+  const std::string architecture = model_file->get_string_or("general.architecture", "");
+  if (architecture == "parakeet") return run_parakeet(args, model_file, outputs);
+  return run_whisper(args, whisper_options, device, model_file, outputs);
 }
 
 }  // namespace
 
 const Command run_command{
     "run",
-    "Transcribe or translate audio files with a Whisper model.",
+    "Transcribe or translate audio files with a Whisper or Parakeet model.",
     "hark run MODEL AUDIO... [options]",
     run_description,
     run_options,

@@ -82,16 +82,16 @@ std::vector<uint8_t> convert_tensor(const safetensors::TensorView& source, DType
   return quant::from_f32(target, values.data(), count);
 }
 
-void write_gguf(gguf::Writer& writer, std::shared_ptr<const safetensors::Checkpoint> checkpoint,
+void write_gguf(gguf::Writer& writer, std::shared_ptr<const void> owner,
                 std::vector<PlannedTensor> plan, const std::string& out_path,
                 const ConvertProgress& progress) {
   auto shared_plan = std::make_shared<std::vector<PlannedTensor>>(std::move(plan));
   const int total = static_cast<int>(shared_plan->size());
   for (int index = 0; index < total; ++index) {
     const PlannedTensor& tensor = (*shared_plan)[index];
-    // The producer runs while the file is written; the checkpoint's mapping lives until then.
+    // The producer runs while the file is written; the sources' bytes live until then.
     writer.add_tensor(tensor.name, tensor.type, tensor.shape,
-                      [checkpoint, shared_plan, index, total, progress] {
+                      [owner, shared_plan, index, total, progress] {
                         const PlannedTensor& t = (*shared_plan)[index];
                         if (progress) progress(index, total, t.name);
                         return convert_tensor(*t.source, t.type, t.name);

@@ -58,8 +58,9 @@ struct PlannedTensor {
 };
 
 // Adds the tensors to `writer` and writes the file to `out_path` (atomically: see gguf::Writer);
-// each tensor is converted while the file is written, `checkpoint` kept mapped until then.
-void write_gguf(gguf::Writer& writer, std::shared_ptr<const safetensors::Checkpoint> checkpoint,
+// each tensor is converted while the file is written, `owner` (what holds the sources' bytes: a
+// mapped checkpoint) kept alive until then.
+void write_gguf(gguf::Writer& writer, std::shared_ptr<const void> owner,
                 std::vector<PlannedTensor> plan, const std::string& out_path,
                 const ConvertProgress& progress);
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "base/error.h"
 
@@ -87,6 +88,37 @@ double to_milliseconds(double seconds) {
   return std::round(seconds * 1000.0) / 1000.0;
 }
 
+// openai-whisper's word_timestamps layout, less the probability hark does not have.
+nlohmann::ordered_json words_json(const std::vector<TimedText>& words) {
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (const TimedText& word : words) {
+    list.push_back({
+        {"word", word.text},
+        {"start", to_milliseconds(word.start)},
+        {"end", to_milliseconds(word.end)},
+    });
+  }
+  return list;
+}
+
+nlohmann::ordered_json token_times_json(const Segment& segment) {
+  if (segment.token_times.size() != segment.tokens.size()) {
+    fail("segment at ", segment.start, " s has ", segment.tokens.size(), " tokens but ",
+         segment.token_times.size(), " token times");
+  }
+  nlohmann::ordered_json list = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < segment.tokens.size(); ++i) {
+    const TimedText& timed = segment.token_times[i];
+    list.push_back({
+        {"token", segment.tokens[i]},
+        {"text", timed.text},
+        {"start", to_milliseconds(timed.start)},
+        {"end", to_milliseconds(timed.end)},
+    });
+  }
+  return list;
+}
+
 template <class WriteCue>
 void for_each_cue(const Transcript& transcript, WriteCue write_cue) {
   int index = 0;
@@ -156,7 +188,7 @@ nlohmann::ordered_json to_json_value(const Transcript& transcript) {
   nlohmann::ordered_json segments = nlohmann::ordered_json::array();
   int id = 0;
   for (const Segment& segment : transcript.segments) {
-    segments.push_back({
+    nlohmann::ordered_json entry = {
         {"id", id++},
         {"start", to_milliseconds(segment.start)},
         {"end", to_milliseconds(segment.end)},
@@ -166,7 +198,11 @@ nlohmann::ordered_json to_json_value(const Transcript& transcript) {
         {"no_speech_prob", shortest(segment.no_speech_prob)},
         {"temperature", shortest(segment.temperature)},
         {"compression_ratio", shortest(segment.compression_ratio)},
-    });
+    };
+    // Only models that time their tokens fill these; Whisper's JSON stays as openai-whisper's.
+    if (!segment.words.empty()) entry["words"] = words_json(segment.words);
+    if (!segment.token_times.empty()) entry["token_times"] = token_times_json(segment);
+    segments.push_back(std::move(entry));
   }
   return {
       {"language", transcript.language},

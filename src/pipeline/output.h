@@ -29,7 +29,14 @@ std::string timestamp(double seconds, char decimal_marker);
 // numbered among the ones written.
 std::string to_txt(const Transcript& transcript);
 // {language, duration, text, segments: [{id, start, end, text, tokens, avg_logprob,
-// no_speech_prob, temperature, compression_ratio}]}.
+// no_speech_prob, temperature, compression_ratio, words?, token_times?}]}. Segments of models
+// that time their words add, only when there are any:
+//   words: [{word, start, end}] as openai-whisper's word_timestamps (without probability); the
+//     word has no leading space.
+//   token_times: [{token, text, start, end}], one per entry of tokens, in order: the token id,
+//     its text as the model gave it, and its time span.
+// Times are seconds rounded to milliseconds. Throws hark::Error when a segment's token_times are
+// neither empty nor one per token.
 nlohmann::ordered_json to_json_value(const Transcript& transcript);
 // The JSON document, indented by `indent` spaces (negative: on one line), ending in a newline.
 std::string to_json(const Transcript& transcript, int indent = 2);

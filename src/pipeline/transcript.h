@@ -7,6 +7,13 @@
 
 namespace hark {
 
+// A piece of text with its time span: a word, or one token of a model that times its tokens.
+struct TimedText {
+  double start = 0;  // seconds from the start of the audio
+  double end = 0;
+  std::string text;
+};
+
 struct Segment {
   double start = 0;  // seconds from the start of the audio
   double end = 0;
@@ -16,6 +23,9 @@ struct Segment {
   float no_speech_prob = 0;     // probability of <|nospeech|> at the start of the window
   float temperature = 0;        // the temperature the window was finally decoded at
   float compression_ratio = 0;  // gzip-style compression ratio of the window's text
+  // Word and token timings, where the model gives them (Parakeet); empty otherwise.
+  std::vector<TimedText> words;
+  std::vector<TimedText> token_times;  // one per entry of `tokens`
 };
 
 struct Transcript {

@@ -162,7 +162,10 @@ TEST(WhisperLargeCuda, MatchesTransformersOnTheGpu) {
 }
 
 // BF16 weights and activations: the checkpoint's F16 weights rounded to BF16, so the error also
-// holds that rounding. Compared with transformers' float32 run.
+// holds that rounding. Compared with transformers' float32 run. BF16 keeps 8 bits of mantissa
+// to F16's 11, and 32 chaotic random layers amplify rounding: transformers' own bfloat16 run of
+// this model is ~3e-2 from float32, so hark is held to 1e-2 or, when transformers' bfloat16
+// itself is further off, to 1.5 times transformers' own error.
 TEST(WhisperLargeCuda, Bfloat16StaysNearTransformers) {
   if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
   const char* folder = std::getenv("HARK_LARGE_V3_DIR");
@@ -173,17 +176,26 @@ TEST(WhisperLargeCuda, Bfloat16StaysNearTransformers) {
   convert_checkpoint(dir.string(), gguf_path, DType::BF16);
   const auto model = Model::load(gguf::File::open(gguf_path), Device::cuda);
   const auto reference = safetensors::File::open((dir / "reference.safetensors").string());
+  const std::vector<float> encoder_f32 = testing::values_of(*reference, "encoder_f32");
+  const std::vector<float> logits_f32 = testing::values_of(*reference, "logits_f32");
+  const double transformers_encoder =
+      relative_error(testing::values_of(*reference, "encoder_bf16"), encoder_f32);
+  const double transformers_logits =
+      relative_error(testing::values_of(*reference, "logits_bf16"), logits_f32);
+
   const auto window = model->encode(testing::values_of(*reference, "input_features"));
-  const double encoder =
-      relative_error(window->frames(), testing::values_of(*reference, "encoder_f32"));
+  const double encoder = relative_error(window->frames(), encoder_f32);
   const std::vector<int32_t> prompt = token_ids(*reference, "prompt");
   std::vector<int> positions(prompt.size());
   std::iota(positions.begin(), positions.end(), 0);
-  const double logits = relative_error(model->start(window, 1)->advance({prompt}, positions),
-                                       testing::values_of(*reference, "logits_f32"));
-  std::printf("bf16: encoder vs transformers float32 %.2e, logits %.2e\n", encoder, logits);
-  EXPECT_LE(encoder, kTolerance);
-  EXPECT_LE(logits, kTolerance);
+  const double logits =
+      relative_error(model->start(window, 1)->advance({prompt}, positions), logits_f32);
+  std::printf(
+      "bf16 vs transformers float32: hark encoder %.2e, logits %.2e; "
+      "transformers bfloat16 encoder %.2e, logits %.2e\n",
+      encoder, logits, transformers_encoder, transformers_logits);
+  EXPECT_LE(encoder, std::max(kTolerance, 1.5 * transformers_encoder));
+  EXPECT_LE(logits, std::max(kTolerance, 1.5 * transformers_logits));
 }
 
 }  // namespace

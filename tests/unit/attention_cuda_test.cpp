@@ -1,11 +1,13 @@
-// The CUDA attention kernels (attention, decode_attention, append_kv) against a plain softmax
-// attention computed in double on the CPU from the values the GPU really holds (after rounding
-// to the element type).
+// The CUDA attention kernels (attention, decode_attention, append_kv, and INT8 keys and values:
+// quantize_int8, dequantize_int8, decode_attention_int8) against a plain softmax attention
+// computed in double on the CPU from the values the GPU really holds (after rounding to the
+// element type, or dequantised).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -108,6 +110,7 @@ class Comparison {
     EXPECT_LE(max_error_, relative * max_reference_)
         << "worst at " << worst_ << " (largest reference magnitude " << max_reference_ << ")";
   }
+  double relative() const { return max_reference_ > 0 ? max_error_ / max_reference_ : max_error_; }
 
  private:
   double max_error_ = 0.0, max_reference_ = 0.0;
@@ -267,8 +270,38 @@ struct DecodeCase {
   int64_t row_padding = 0;
 };
 
-// Runs decode_attention on `stream` (or captured into a graph when `graph_steps` > 0, replayed
-// once per lengths vector in graph_steps) and compares each result.
+// Runs launch(stream) once and compares the result for `initial` lengths, or with graph_steps
+// captures it into a graph and replays it once per lengths vector there (uploaded to `lengths`
+// first), comparing each result.
+template <class Launch, class Compare>
+void run_decode(const Launch& launch, const Buffer& lengths, const std::vector<int32_t>& initial,
+                const std::vector<std::vector<int32_t>>& graph_steps, const Compare& compare) {
+  if (graph_steps.empty()) {
+    launch(nullptr);
+    check(cudaDeviceSynchronize(), "decode attention test");
+    compare(initial);
+    return;
+  }
+  Stream stream;
+  cudaGraph_t graph = nullptr;
+  check(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
+  launch(stream.get());
+  check(cudaStreamEndCapture(stream.get(), &graph), "end capture");
+  cudaGraphExec_t instance = nullptr;
+  check(cudaGraphInstantiate(&instance, graph, 0), "instantiate graph");
+  for (const std::vector<int32_t>& step_lengths : graph_steps) {
+    SCOPED_TRACE("lengths " + std::to_string(step_lengths[0]) + ", ...");
+    upload(step_lengths.data(), step_lengths.size() * sizeof(int32_t), lengths.data(),
+           stream.get());
+    check(cudaGraphLaunch(instance, stream.get()), "launch graph");
+    stream.synchronize();
+    compare(step_lengths);
+  }
+  cudaGraphExecDestroy(instance);
+  cudaGraphDestroy(graph);
+}
+
+// Runs decode_attention (see run_decode) and compares each result.
 void check_decode(Element e, const DecodeCase& c,
                   const std::vector<std::vector<int32_t>>& graph_steps = {}) {
   const int batch = static_cast<int>(c.lengths.size());
@@ -325,29 +358,7 @@ void check_decode(Element e, const DecodeCase& c,
     comparison.expect_within(tolerance(e));
   };
 
-  if (graph_steps.empty()) {
-    launch(nullptr);
-    check(cudaDeviceSynchronize(), "decode attention test");
-    compare(c.lengths);
-    return;
-  }
-  Stream stream;
-  cudaGraph_t graph = nullptr;
-  check(cudaStreamBeginCapture(stream.get(), cudaStreamCaptureModeThreadLocal), "begin capture");
-  launch(stream.get());
-  check(cudaStreamEndCapture(stream.get(), &graph), "end capture");
-  cudaGraphExec_t instance = nullptr;
-  check(cudaGraphInstantiate(&instance, graph, 0), "instantiate graph");
-  for (const std::vector<int32_t>& step_lengths : graph_steps) {
-    SCOPED_TRACE("lengths " + std::to_string(step_lengths[0]) + ", ...");
-    upload(step_lengths.data(), step_lengths.size() * sizeof(int32_t), lengths.data(),
-           stream.get());
-    check(cudaGraphLaunch(instance, stream.get()), "launch graph");
-    stream.synchronize();
-    compare(step_lengths);
-  }
-  cudaGraphExecDestroy(instance);
-  cudaGraphDestroy(graph);
+  run_decode(launch, lengths, c.lengths, graph_steps, compare);
 }
 
 TEST(DecodeAttentionCuda, MixedLengths) {
@@ -393,6 +404,308 @@ TEST(DecodeAttentionCuda, GraphReadsLengthsAtRunTime) {
   require_device();
   for (Element e : kElements) {
     check_decode(e, {4, 64, {3, 100}, 448}, {{3, 100}, {4, 101}, {2, 60}});
+  }
+}
+
+// ---- INT8 keys and values ----------------------------------------------------------------------
+
+// One group as kernels.h defines the quantisation: scale = max |x| / 127, q = x / scale rounded
+// half to even (all zeros when the group is).
+void quantize_group(const float* x, int group, int8_t* q, float* scale) {
+  float largest = 0.0f;
+  for (int i = 0; i < group; ++i) largest = std::max(largest, std::abs(x[i]));
+  *scale = largest / 127.0f;
+  for (int i = 0; i < group; ++i) {
+    const float quantized = *scale > 0.0f ? std::nearbyint(x[i] / *scale) : 0.0f;
+    q[i] = static_cast<int8_t>(std::clamp(quantized, -127.0f, 127.0f));
+  }
+}
+
+template <class T>
+std::vector<T> download_all(const Buffer& buffer, size_t n) {
+  std::vector<T> values(n);
+  download(buffer.data(), n * sizeof(T), values.data());
+  return values;
+}
+
+void check_quantize(Element e, int64_t rows, int64_t cols, int group) {
+  SCOPED_TRACE(std::string(element_name(e)) + " rows " + std::to_string(rows) + " cols " +
+               std::to_string(cols) + " group " + std::to_string(group));
+  // Groups of very different magnitudes; one of zeros; one whose values fall half-way between
+  // two steps (its largest is 127, so the scale is 1).
+  std::mt19937 rng(41);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> exponent(-3.0f, 3.0f);
+  std::vector<float> values(rows * cols);
+  for (size_t first = 0; first < values.size(); first += group) {
+    const float magnitude = std::pow(10.0f, exponent(rng));
+    for (int i = 0; i < group; ++i) values[first + i] = magnitude * normal(rng);
+  }
+  std::fill(values.begin(), values.begin() + group, 0.0f);
+  if (values.size() >= 2u * group) {
+    float* ties = values.data() + group;
+    for (int i = 0; i < group; ++i) ties[i] = (i % 2 == 0 ? 1.0f : -1.0f) * (0.5f + i % 9);
+    ties[group - 1] = 127.0f;
+  }
+  const DeviceArray x = upload_values(e, values);
+  const int64_t groups = rows * cols / group;
+  Buffer q(rows * cols), scales(sizeof(float) * groups);
+  quantize_int8(e, x.buffer.data(), rows, cols, group, q.as<int8_t>(), scales.as<float>(), nullptr);
+  check(cudaDeviceSynchronize(), "quantize_int8 test");
+
+  std::vector<int8_t> want_q(rows * cols);
+  std::vector<float> want_scales(groups);
+  for (int64_t g = 0; g < groups; ++g) {
+    quantize_group(x.values.data() + g * group, group, want_q.data() + g * group,
+                   want_scales.data() + g);
+  }
+  EXPECT_EQ(download_all<int8_t>(q, want_q.size()), want_q);
+  EXPECT_EQ(download_all<float>(scales, want_scales.size()), want_scales);
+}
+
+TEST(Int8KvCuda, QuantizeMatchesTheCpu) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_quantize(e, 37, 3 * 64, 64);
+    check_quantize(e, 5, 2 * 24, 24);
+    check_quantize(e, 3, 2 * 128, 128);
+    check_quantize(e, 1000, 40, 8);
+  }
+}
+
+TEST(Int8KvCuda, DequantizeReadsStridedBlocks) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  // Columns [16, 64) of rows 100 values apart, in 2 blocks, groups of 8: the scales of a row
+  // start at its third (15 apart).
+  const int batch = 2, group = 8;
+  const int64_t rows = 13, cols = 48, first_column = 16, q_row = 100, q_block = rows * q_row + 7;
+  const int64_t scale_row = 15, scale_block = rows * scale_row + 3;
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> level(-127, 127);
+  std::uniform_real_distribution<float> magnitude(1e-3f, 1.0f);
+  std::vector<int8_t> q(batch * q_block);
+  for (int8_t& x : q) x = static_cast<int8_t>(level(rng));
+  std::vector<float> scales(batch * scale_block);
+  for (float& s : scales) s = magnitude(rng);
+  const Buffer q_device = upload_vector(q), scales_device = upload_vector(scales);
+  for (Element e : kElements) {
+    SCOPED_TRACE(element_name(e));
+    Buffer out(element_size(e) * batch * rows * cols);
+    dequantize_int8(q_device.as<int8_t>() + first_column, q_row, q_block,
+                    scales_device.as<float>() + first_column / group, scale_row, scale_block, batch,
+                    rows, cols, group, e, out.data(), nullptr);
+    check(cudaDeviceSynchronize(), "dequantize_int8 test");
+    std::vector<float> want;
+    for (int b = 0; b < batch; ++b) {
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < cols; ++c) {
+          const int64_t column = first_column + c;
+          want.push_back(scales[b * scale_block + r * scale_row + column / group] *
+                         static_cast<float>(q[b * q_block + r * q_row + column]));
+        }
+      }
+    }
+    EXPECT_EQ(read_back(e, out, want.size()), rounded(e, want));
+  }
+}
+
+// decode_attention_int8 against the reference on the dequantised values: only F32 arithmetic
+// and the output's rounding to e differ.
+double int8_tolerance(Element e) {
+  return e == Element::f32 ? 1e-5 : e == Element::f16 ? 2e-3 : 1e-2;
+}
+
+struct Int8DecodeCase {
+  int heads, head_dim;
+  std::vector<int32_t> lengths;  // one per sequence
+  int64_t capacity;              // rows per sequence
+  bool shared_kv = false;        // batch strides 0
+  int64_t row_padding = 0;       // extra values per row (odd: unaligned rows)
+};
+
+// K and V of a row side by side, as the cross-attention K/V of a layer are stored, with their
+// scales [rows, 2 · heads + 1] (K heads, V heads, one spare).
+void check_decode_int8(Element e, const Int8DecodeCase& c,
+                       const std::vector<std::vector<int32_t>>& graph_steps = {}) {
+  const int batch = static_cast<int>(c.lengths.size());
+  SCOPED_TRACE(std::string(element_name(e)) + " batch " + std::to_string(batch) + " heads " +
+               std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) +
+               (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding));
+  const int64_t width = int64_t{c.heads} * c.head_dim;
+  const int64_t row = 2 * width + c.row_padding, scale_row = 2 * c.heads + 1;
+  const int64_t kv_batches = c.shared_kv ? 1 : batch;
+  const int64_t kv_batch = c.shared_kv ? 0 : c.capacity * row;
+  const int64_t scale_batch = c.shared_kv ? 0 : c.capacity * scale_row;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+
+  const DeviceArray q = random_array(e, batch * width, 31, 1.5f);
+  std::mt19937 rng(32);
+  std::uniform_int_distribution<int> level(-127, 127);
+  std::uniform_real_distribution<float> magnitude(0.002f, 0.02f);
+  std::vector<int8_t> values(kv_batches * c.capacity * row);
+  std::vector<float> scales(kv_batches * c.capacity * scale_row);
+  for (int8_t& x : values) x = static_cast<int8_t>(level(rng));
+  for (float& s : scales) s = magnitude(rng);
+  // Rows past a sequence's length hold values that would dominate the result if they were read.
+  if (!c.shared_kv) {
+    for (int b = 0; b < batch; ++b) {
+      for (int64_t t = c.lengths[b]; t < c.capacity; ++t) {
+        std::fill_n(values.begin() + b * kv_batch + t * row, row, int8_t{127});
+        std::fill_n(scales.begin() + b * scale_batch + t * scale_row, scale_row, 50.0f);
+      }
+    }
+  }
+  const Buffer values_device = upload_vector(values), scales_device = upload_vector(scales);
+  const DeviceArray out = upload_values(e, std::vector<float>(batch * width, 0.0f));
+  Buffer lengths = upload_ints(c.lengths);
+
+  // The dequantised keys and values [kv_batches, capacity, width].
+  std::vector<float> keys(kv_batches * c.capacity * width), kv_values(keys.size());
+  for (int64_t b = 0; b < kv_batches; ++b) {
+    for (int64_t t = 0; t < c.capacity; ++t) {
+      for (int64_t x = 0; x < width; ++x) {
+        const int64_t at = b * c.capacity * row + t * row + x;
+        const int64_t scale_at = b * c.capacity * scale_row + t * scale_row + x / c.head_dim;
+        const int64_t target = (b * c.capacity + t) * width + x;
+        keys[target] = scales[scale_at] * static_cast<float>(values[at]);
+        kv_values[target] = scales[scale_at + c.heads] * static_cast<float>(values[at + width]);
+      }
+    }
+  }
+
+  Int8Kv kv;
+  kv.k = values_device.as<int8_t>();
+  kv.v = kv.k + width;
+  kv.row_stride = row;
+  kv.batch_stride = kv_batch;
+  kv.k_scales = scales_device.as<float>();
+  kv.v_scales = kv.k_scales + c.heads;
+  kv.scale_row_stride = scale_row;
+  kv.scale_batch_stride = scale_batch;
+  const auto launch = [&](cudaStream_t stream) {
+    decode_attention_int8(e, q.buffer.data(), width, kv, lengths.as<int32_t>(), out.buffer.data(),
+                          width, batch, c.heads, c.head_dim, static_cast<float>(scale), stream);
+  };
+  const auto compare = [&](const std::vector<int32_t>& step_lengths) {
+    const std::vector<float> got = read_back(e, out.buffer, batch * width);
+    const int64_t dense_batch = c.shared_kv ? 0 : c.capacity * width;
+    const HostRows q_rows{&q.values, 0, 0, width};
+    const HostRows k_rows{&keys, 0, width, dense_batch}, v_rows{&kv_values, 0, width, dense_batch};
+    Comparison comparison;
+    for (int b = 0; b < batch; ++b) {
+      for (int h = 0; h < c.heads; ++h) {
+        const std::vector<double> want =
+            reference_row(q_rows, k_rows, v_rows, b, 0, h, c.head_dim, step_lengths[b], scale);
+        for (int d = 0; d < c.head_dim; ++d) {
+          comparison.add(
+              got[b * width + h * c.head_dim + d], want[d],
+              "b " + std::to_string(b) + " h " + std::to_string(h) + " d " + std::to_string(d));
+        }
+      }
+    }
+    comparison.expect_within(int8_tolerance(e));
+  };
+  run_decode(launch, lengths, c.lengths, graph_steps, compare);
+}
+
+TEST(DecodeAttentionInt8Cuda, MixedLengths) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    for (int head_dim : {64, 16}) check_decode_int8(e, {3, head_dim, {1, 37, 448}, 448});
+  }
+}
+
+TEST(DecodeAttentionInt8Cuda, SharedCrossAttentionKeys) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_decode_int8(e, {2, 64, {1500, 1500, 1500, 1500}, 1500, true});
+    check_decode_int8(e, {20, 64, {1500}, 1500, true});
+    check_decode_int8(e, {2, 16, {1500, 1500}, 1500, true});
+  }
+}
+
+TEST(DecodeAttentionInt8Cuda, LargeBatch) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  std::vector<int32_t> lengths(48);
+  for (size_t b = 0; b < lengths.size(); ++b) lengths[b] = static_cast<int32_t>(1 + 31 * b);
+  for (Element e : kElements) {
+    check_decode_int8(e, {6, 64, lengths, 1500});
+    check_decode_int8(e, {6, 128, lengths, 1500});
+  }
+}
+
+TEST(DecodeAttentionInt8Cuda, OtherHeadDimsAndUnalignedRows) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_decode_int8(e, {2, 24, {5, 200}, 256});
+    check_decode_int8(e, {2, 64, {5, 200}, 256, false, 1});
+    check_decode_int8(e, {3, 24, {1500, 1500}, 1500, true, 3});
+  }
+}
+
+TEST(DecodeAttentionInt8Cuda, GraphReadsLengthsAtRunTime) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_decode_int8(e, {4, 64, {3, 1500}, 1500}, {{3, 1500}, {4, 1499}, {2, 60}});
+  }
+}
+
+// Quantised by quantize_int8 from values of element type e, against the attention over those
+// values themselves: the error INT8 storage adds, reported, and held loosely.
+TEST(DecodeAttentionInt8Cuda, StaysNearTheUnquantisedValues) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  const int heads = 20, head_dim = 64, batch = 4, frames = 1500;
+  const int64_t width = int64_t{heads} * head_dim, row = 2 * width;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const std::vector<int32_t> lengths_host(batch, frames);
+  Buffer lengths = upload_ints(lengths_host);
+  for (Element e : kElements) {
+    SCOPED_TRACE(element_name(e));
+    const DeviceArray q = random_array(e, batch * width, 51, 1.5f);
+    const DeviceArray kv_values = random_array(e, batch * frames * row, 52, 1.0f);
+    Buffer values(batch * frames * row), scales(sizeof(float) * batch * frames * 2 * heads);
+    quantize_int8(e, kv_values.buffer.data(), int64_t{batch} * frames, row, head_dim,
+                  values.as<int8_t>(), scales.as<float>(), nullptr);
+    Int8Kv kv;
+    kv.k = values.as<int8_t>();
+    kv.v = kv.k + width;
+    kv.row_stride = row;
+    kv.batch_stride = frames * row;
+    kv.k_scales = scales.as<float>();
+    kv.v_scales = kv.k_scales + heads;
+    kv.scale_row_stride = 2 * heads;
+    kv.scale_batch_stride = int64_t{frames} * 2 * heads;
+    const DeviceArray out = upload_values(e, std::vector<float>(batch * width, 0.0f));
+    decode_attention_int8(e, q.buffer.data(), width, kv, lengths.as<int32_t>(), out.buffer.data(),
+                          width, batch, heads, head_dim, static_cast<float>(scale), nullptr);
+    check(cudaDeviceSynchronize(), "decode attention INT8 test");
+    const std::vector<float> got = read_back(e, out.buffer, batch * width);
+
+    const HostRows q_rows{&q.values, 0, 0, width};
+    const HostRows k_rows{&kv_values.values, 0, row, frames * row};
+    const HostRows v_rows{&kv_values.values, width, row, frames * row};
+    Comparison comparison;
+    for (int b = 0; b < batch; ++b) {
+      for (int h = 0; h < heads; ++h) {
+        const std::vector<double> want =
+            reference_row(q_rows, k_rows, v_rows, b, 0, h, head_dim, frames, scale);
+        for (int d = 0; d < head_dim; ++d) {
+          comparison.add(got[b * width + h * head_dim + d], want[d],
+                         "b " + std::to_string(b) + " h " + std::to_string(h));
+        }
+      }
+    }
+    std::printf("INT8 K/V, %s: decode attention %.2e from the unquantised values\n",
+                element_name(e), comparison.relative());
+    comparison.expect_within(3e-2);
   }
 }
 

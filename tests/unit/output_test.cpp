@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -140,6 +142,66 @@ TEST(Output, JsonReplacesInvalidUtf8InsteadOfThrowing) {
   transcript.segments.push_back(make_segment(0, 1, "bad \xff byte"));
   const auto parsed = nlohmann::json::parse(to_json(transcript));
   EXPECT_EQ(parsed["text"], "bad \xEF\xBF\xBD byte");
+}
+
+// A segment as Parakeet returns it: words and one time per token.
+Segment timed_segment() {
+  Segment segment = make_segment(0.48, 1.6, " Hi, you.");
+  segment.tokens = {7, 8, 9, 10};
+  segment.words = {{0.48, 0.8, "Hi,"}, {1.12, 1.6, "you."}};
+  segment.token_times = {
+      {0.48, 0.8, "\u2581Hi"}, {0.8, 0.8, ","}, {1.12, 1.52, "\u2581you"}, {1.52, 1.6, "."}};
+  return segment;
+}
+
+TEST(Output, JsonAddsWordsAndTokenTimesWhenTheSegmentHasThem) {
+  Transcript transcript;
+  transcript.segments.push_back(timed_segment());
+  transcript.segments.push_back(make_segment(2, 3, " untimed"));
+  const auto parsed = nlohmann::json::parse(to_json(transcript));
+  const auto& timed = parsed["segments"][0];
+  ASSERT_EQ(timed["words"].size(), 2u);
+  EXPECT_EQ(timed["words"][1], nlohmann::json::parse(R"({"word":"you.","start":1.12,"end":1.6})"));
+  ASSERT_EQ(timed["token_times"].size(), 4u);
+  EXPECT_EQ(timed["token_times"][1],
+            nlohmann::json::parse(R"({"token":8,"text":",","start":0.8,"end":0.8})"));
+  EXPECT_EQ(timed["token_times"][2]["text"], "\u2581you");
+  // The timing fields follow Whisper's, in this order.
+  const nlohmann::ordered_json document = to_json_value(transcript);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : document["segments"][0].items()) keys.push_back(key);
+  ASSERT_GE(keys.size(), 2u);
+  EXPECT_EQ(keys[keys.size() - 2], "words");
+  EXPECT_EQ(keys.back(), "token_times");
+  EXPECT_FALSE(parsed["segments"][1].contains("words"));
+  EXPECT_FALSE(parsed["segments"][1].contains("token_times"));
+}
+
+TEST(Output, JsonWordTimesRoundToMilliseconds) {
+  Transcript transcript;
+  transcript.segments.push_back(make_segment(0, 1, " a"));
+  transcript.segments.back().words = {{0.12345, 0.98765, "a"}};
+  const auto parsed = nlohmann::json::parse(to_json(transcript));
+  EXPECT_EQ(parsed["segments"][0]["words"][0]["start"], 0.123);
+  EXPECT_EQ(parsed["segments"][0]["words"][0]["end"], 0.988);
+  EXPECT_FALSE(parsed["segments"][0].contains("token_times"));
+}
+
+TEST(Output, JsonRejectsTokenTimesThatDoNotMatchTheTokens) {
+  Transcript transcript;
+  transcript.segments.push_back(timed_segment());
+  transcript.segments.back().token_times.pop_back();
+  EXPECT_THROW(to_json(transcript), Error);
+}
+
+TEST(Output, SubtitlesIgnoreWordTimings) {
+  Transcript plain;
+  plain.segments.push_back(make_segment(0.48, 1.6, " Hi, you."));
+  Transcript timed;
+  timed.segments.push_back(timed_segment());
+  EXPECT_EQ(to_srt(timed), to_srt(plain));
+  EXPECT_EQ(to_vtt(timed), to_vtt(plain));
+  EXPECT_EQ(to_txt(timed), to_txt(plain));
 }
 
 TEST(Output, RenderDispatchesOnFormat) {

@@ -28,6 +28,8 @@ reference.safetensors:
   prompt          [4]             <|startoftranscript|> <|en|> <|transcribe|> <|notimestamps|>
   logits_f16      [4, 51866]      raw decoder logits at every prompt position, float16 model
   logits_f32      [4, 51866]      the same in float32
+  encoder_bf16    [1500, 1280]    the encoder output of the same model in bfloat16 (what bfloat16
+  logits_bf16     [4, 51866]      rounding costs transformers itself; hark's BF16 is held to it)
   greedy_f16      [n <= 20]       generate(language="en", task="transcribe",
   greedy_f32      [n <= 20]       return_timestamps=False, max_new_tokens=20, greedy): the token
                                   chosen at each step of the first decoding call, <|endoftext|>
@@ -43,11 +45,11 @@ best one seen.
 Run it on the GPU machine (torch with CUDA, transformers, numpy, safetensors; no download, no
 librosa) from the repository root; it takes about a minute on an H200:
 
-    python3 tools/oracle/whisper_large.py /tmp/large-v3-random
+    python3 tools/oracle/whisper_large.py OUT_DIR
 
 then point hark's test at the folder:
 
-    HARK_LARGE_V3_DIR=/tmp/large-v3-random build/tests/hark_tests --gtest_filter='WhisperLargeCuda*'
+    HARK_LARGE_V3_DIR=OUT_DIR build/tests/hark_tests --gtest_filter='WhisperLargeCuda*'
 """
 
 import argparse
@@ -352,8 +354,12 @@ def main():
     save_checkpoint(model16, args.out)
     timings["save_s"] = round(time.time() - t_save, 1)
 
-    encoder = {"f32": encoder_output(model32, features), "f16": encoder_output(model16, features)}
-    logits = {"f32": prompt_logits(model32, features), "f16": prompt_logits(model16, features)}
+    model_bf16 = copy.deepcopy(model32).to(torch.bfloat16)
+    encoder = {"f32": encoder_output(model32, features), "f16": encoder_output(model16, features),
+               "bf16": encoder_output(model_bf16, features)}
+    logits = {"f32": prompt_logits(model32, features), "f16": prompt_logits(model16, features),
+              "bf16": prompt_logits(model_bf16, features)}
+    del model_bf16
     decoded = {"f32": greedy(model32, features), "f16": greedy(model16, features)}
     errors = []
     for precision in ("f32", "f16"):
@@ -369,6 +375,8 @@ def main():
         "encoder_f32": encoder["f32"].contiguous(),
         "prompt": torch.tensor(PROMPT, dtype=torch.int32),
         "logits_f16": logits["f16"].contiguous(),
+        "encoder_bf16": encoder["bf16"].contiguous(),
+        "logits_bf16": logits["bf16"].contiguous(),
         "logits_f32": logits["f32"].contiguous(),
         "greedy_f16": torch.tensor(decoded["f16"][1], dtype=torch.int32),
         "greedy_f32": torch.tensor(decoded["f32"][1], dtype=torch.int32),
@@ -384,6 +392,8 @@ def main():
         "timings": timings,
         "encoder_f16_vs_f32": relative_error(encoder["f16"], encoder["f32"]),
         "logits_f16_vs_f32": relative_error(logits["f16"], logits["f32"]),
+        "encoder_bf16_vs_f32": relative_error(encoder["bf16"], encoder["f32"]),
+        "logits_bf16_vs_f32": relative_error(logits["bf16"], logits["f32"]),
         "encoder_abs_max_f32": encoder["f32"].abs().max().item(),
         "logits_std_f32": logits["f32"].std().item(),
         "logits_abs_max_f32": logits["f32"].abs().max().item(),
@@ -414,6 +424,8 @@ def main():
     log(f"files: {', '.join(sorted(os.listdir(args.out)))}")
     log(f"transformers float16 vs float32: encoder {summary['encoder_f16_vs_f32']:.2e}, "
         f"logits {summary['logits_f16_vs_f32']:.2e} (relative to the largest value)")
+    log(f"transformers bfloat16 vs float32: encoder {summary['encoder_bf16_vs_f32']:.2e}, "
+        f"logits {summary['logits_bf16_vs_f32']:.2e}")
     log(f"greedy f32: {greedy_f32}")
     log(f"greedy f16: {greedy_f16} (first {agree} agree)")
     log(f"smallest top-2 gap: f32 {summary['min_top2_gap_f32']:.4f}, "

@@ -95,6 +95,42 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
                       void* out, int64_t out_stride, int batch, int heads, int head_dim,
                       float scale, cudaStream_t stream);
 
+// Keys and values stored as INT8 (Whisper's cross-attention K/V): each group of `group`
+// consecutive values (one head of one row) keeps an F32 scale = max |x| / 127 over the group and
+// q = x / scale rounded half to even (all zeros for a group of zeros); value = scale · q. Half
+// the memory of F16, and half of what a decode step reads.
+//
+// q [rows, cols] and scales [rows, cols / group] of x [rows, cols] (element type e, dense);
+// cols a multiple of group.
+void quantize_int8(Element e, const void* x, int64_t rows, int64_t cols, int group, int8_t* q,
+                   float* scales, cudaStream_t stream);
+
+// The inverse, for `batch` blocks of `rows` rows of `cols` values (cols a multiple of group):
+// out[b, r, c] = scales[b · scale_batch_stride + r · scale_row_stride + c / group] ·
+// q[b · q_batch_stride + r · q_row_stride + c], out dense [batch, rows, cols] of element type e.
+void dequantize_int8(const int8_t* q, int64_t q_row_stride, int64_t q_batch_stride,
+                     const float* scales, int64_t scale_row_stride, int64_t scale_batch_stride,
+                     int batch, int64_t rows, int64_t cols, int group, Element e, void* out,
+                     cudaStream_t stream);
+
+// INT8 keys and values for decode_attention_int8, addressed like decode_attention's: position t
+// of sequence b at k/v + b · batch_stride + t · row_stride (in values), head h at h · head_dim
+// after that; its scale at k_scales/v_scales + b · scale_batch_stride + t · scale_row_stride + h.
+struct Int8Kv {
+  const int8_t* k = nullptr;
+  const int8_t* v = nullptr;
+  int64_t row_stride = 0, batch_stride = 0;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  int64_t scale_row_stride = 0, scale_batch_stride = 0;
+};
+
+// decode_attention over INT8 keys and values (one scale per position and head): the same
+// queries, lengths, output and launch shape, the values dequantised in registers, F32 math.
+void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int8Kv& kv,
+                           const int32_t* lengths, void* out, int64_t out_stride, int batch,
+                           int heads, int head_dim, float scale, cudaStream_t stream);
+
 // K/V cache append: for b < batch and t < steps, cache row positions[b] + t of sequence b
 // (k_cache/v_cache + b · cache_batch_stride + (positions[b] + t) · width) = row t of new_k/new_v
 // (new_k + b · new_batch_stride + t · new_row_stride). width values per row.

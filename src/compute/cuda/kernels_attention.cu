@@ -1,5 +1,6 @@
 // Attention kernels: whole sequences (encoder, decoder prompt), one query per sequence (decode
-// steps), and the K/V cache append.
+// steps, over keys and values of the element type or INT8), the K/V cache append, and the INT8
+// quantisation of keys and values and its inverse.
 //
 // `attention` takes one of two paths. F16/BF16 with head_dim 64 or 128 and 16-byte aligned rows
 // (every real Whisper layer) runs a flash-attention-2 style kernel on the tensor cores
@@ -15,6 +16,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -56,11 +58,17 @@ template <class T>
 struct Chunk8 {
   uint4 bits[sizeof(T) / 2];
 };
+template <>
+struct Chunk8<int8_t> {  // INT8 keys and values: 8 bytes, one load when 8-byte aligned
+  uint2 bits;
+};
 
 template <bool kVector, class T>
 __device__ __forceinline__ Chunk8<T> load_chunk(const T* p) {
   Chunk8<T> chunk;
-  if constexpr (kVector) {
+  if constexpr (kVector && sizeof(T) == 1) {
+    chunk.bits = *reinterpret_cast<const uint2*>(p);
+  } else if constexpr (kVector) {
 #pragma unroll
     for (size_t i = 0; i < sizeof(T) / 2; ++i) chunk.bits[i] = reinterpret_cast<const uint4*>(p)[i];
   } else {
@@ -94,18 +102,12 @@ __device__ __forceinline__ void to_floats(const Chunk8<__nv_bfloat16>& chunk, fl
   halves_to_floats<__nv_bfloat162>(chunk.bits[0], x,
                                    [](__nv_bfloat162 h) { return __bfloat1622float2(h); });
 }
-
-__device__ __forceinline__ float warp_max(float x) {
+// INT8 values as they are stored (the caller applies their scale).
+__device__ __forceinline__ void to_floats(const Chunk8<int8_t>& chunk, float (&x)[8]) {
+  int8_t bytes[8];
+  memcpy(bytes, &chunk.bits, sizeof bytes);
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) {
-    x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-  }
-  return x;
-}
-__device__ __forceinline__ float warp_sum(float x) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
+  for (int i = 0; i < 8; ++i) x[i] = static_cast<float>(bytes[i]);
 }
 
 // The reference point for exponentials after a running maximum `m`: m itself, or 0 while nothing
@@ -585,6 +587,10 @@ __global__ void __launch_bounds__(kGenericWarps * 32)
 // Splits: the fewest (a power of two, at most 8) that give about 256 CTAs. On an H200 this runs
 // 1500 cross-attention keys per sequence at about 3 TB/s from batch 4 up, and a batch-1 step of
 // 20 heads in about 6 µs; more splits cost more at short lengths than they gain at long ones.
+//
+// INT8 keys and values (Kv = int8_t) take the same path with 8-byte loads and twice the keys per
+// round, each key's and value's scale loaded along with it: the scale multiplies the key's partial
+// dot product and the value's softmax weight, so the dims themselves are only converted.
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * 32;
@@ -606,17 +612,29 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float (&acc)[k
   for (int i = 0; i < kValues; ++i) acc[i] = acc[i] * mine + other_acc[i] * theirs;
 }
 
-template <class T, bool kVector>
+// The scales of INT8 keys and values, one per (position, head); unused for other types.
+struct KvScales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t row_stride = 0, batch_stride = 0;
+};
+
+template <class T, class Kv, bool kVector>
 __global__ void __launch_bounds__(kDecodeThreads)
-    decode_attention_kernel(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ k,
-                            const T* __restrict__ v, int64_t kv_row_stride, int64_t kv_batch_stride,
+    decode_attention_kernel(const T* __restrict__ q, int64_t q_stride, const Kv* __restrict__ k,
+                            const Kv* __restrict__ v, int64_t kv_row_stride,
+                            int64_t kv_batch_stride, KvScales kv_scales,
                             const int32_t* __restrict__ lengths, T* __restrict__ out,
                             int64_t out_stride, int head_dim, int lanes_per_key_log2, float scale) {
+  constexpr bool kInt8 = std::is_same_v<Kv, int8_t>;
   __shared__ float warp_max_values[kDecodeWarps], warp_sums[kDecodeWarps];
   __shared__ float warp_outputs[kDecodeWarps][kMaxHeadDim];
   __shared__ float block_max, block_sum;
   __shared__ float block_output[kMaxHeadDim];
 
+  // The next step's linear layer may load its weights meanwhile (it waits for this grid before it
+  // reads the context written here).
+  allow_dependent_kernels();
   const int splits = gridDim.x, split = blockIdx.x;
   const int head = blockIdx.y, sequence = blockIdx.z;
   const int length = max(lengths[sequence], 0);
@@ -634,6 +652,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   q += sequence * q_stride + head * head_dim + first_dim;
   k += sequence * kv_batch_stride + head * head_dim + first_dim;
   v += sequence * kv_batch_stride + head * head_dim + first_dim;
+  const float* const k_scales =
+      kv_scales.k + (kInt8 ? sequence * kv_scales.batch_stride + head : 0);
+  const float* const v_scales =
+      kv_scales.v + (kInt8 ? sequence * kv_scales.batch_stride + head : 0);
 
   float query[8];
 #pragma unroll
@@ -642,26 +664,35 @@ __global__ void __launch_bounds__(kDecodeThreads)
   // Slot s of warp w takes keys begin + w·slots_per_warp + s + u·slots + t·stride. The loop is
   // warp-uniform (the lane-group sums shuffle across the whole warp), and the keys of the next
   // round are loaded before this round's are used.
-  constexpr int kUnroll = 8 / sizeof(T);  // 64 bytes of K and V in flight per lane and round
+  // 64 bytes of K and 64 of V in flight per lane and round.
+  constexpr int kUnroll = 64 / sizeof(Chunk8<Kv>);
   const int stride = slots * kUnroll;
   const int warp_begin = begin + warp * slots_per_warp;
-  Chunk8<T> keys[kUnroll] = {}, values[kUnroll] = {}, next_keys[kUnroll] = {},
-            next_values[kUnroll] = {};  // zeros stay in lanes without dims
-  const auto load_round = [&](int first, Chunk8<T>(&round_keys)[kUnroll],
-                              Chunk8<T>(&round_values)[kUnroll]) {
+  Chunk8<Kv> keys[kUnroll] = {}, values[kUnroll] = {}, next_keys[kUnroll] = {},
+             next_values[kUnroll] = {};  // zeros stay in lanes without dims
+  // INT8 only: the scales of those keys and values.
+  float key_scales[kUnroll] = {}, value_scales[kUnroll] = {}, next_key_scales[kUnroll] = {},
+        next_value_scales[kUnroll] = {};
+  const auto load_round = [&](int first, Chunk8<Kv>(&round_keys)[kUnroll],
+                              Chunk8<Kv>(&round_values)[kUnroll], float(&round_key_scales)[kUnroll],
+                              float(&round_value_scales)[kUnroll]) {
     if (!active || first >= end) return;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int key = min(first + slot + u * slots, end - 1);  // past the end: weight 0 below
       round_keys[u] = load_chunk<kVector>(k + key * kv_row_stride);
       round_values[u] = load_chunk<kVector>(v + key * kv_row_stride);
+      if constexpr (kInt8) {
+        round_key_scales[u] = k_scales[key * kv_scales.row_stride];
+        round_value_scales[u] = v_scales[key * kv_scales.row_stride];
+      }
     }
   };
-  load_round(warp_begin, keys, values);
+  load_round(warp_begin, keys, values, key_scales, value_scales);
 
   float m = -INFINITY, l = 0.0f, acc[8] = {};
   for (int first = warp_begin; first < end; first += stride) {
-    load_round(first + stride, next_keys, next_values);
+    load_round(first + stride, next_keys, next_values, next_key_scales, next_value_scales);
     float scores[kUnroll];
     float round_max = -INFINITY;
 #pragma unroll
@@ -671,6 +702,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
       float s = 0.0f;
 #pragma unroll
       for (int i = 0; i < 8; ++i) s += query[i] * key[i];
+      if constexpr (kInt8) s *= key_scales[u];
       for (int offset = 1; offset < lanes_per_key; offset <<= 1) {
         s += __shfl_xor_sync(0xffffffffu, s, offset);
       }
@@ -690,10 +722,15 @@ __global__ void __launch_bounds__(kDecodeThreads)
       float value[8];
       to_floats(values[u], value);
       l += p;
+      const float weight = kInt8 ? p * value_scales[u] : p;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += p * value[i];
+      for (int i = 0; i < 8; ++i) acc[i] += weight * value[i];
       keys[u] = next_keys[u];
       values[u] = next_values[u];
+      if constexpr (kInt8) {
+        key_scales[u] = next_key_scales[u];
+        value_scales[u] = next_value_scales[u];
+      }
     }
   }
 
@@ -748,6 +785,51 @@ __global__ void __launch_bounds__(kDecodeThreads)
     target[thread] = from_float<T>(l_all > 0.0f ? acc_all[0] / l_all : 0.0f);
   }
   cluster.sync();  // the other CTAs' shared memory must outlive rank 0's reads
+}
+
+// ---- INT8 keys and values ---------------------------------------------------------------------
+//
+// quantize_int8: one warp per group (a head of a row), its largest magnitude, then each value
+// divided by the scale and rounded half to even, exactly as kernels.h states it. A one-off per
+// encoded batch, bound by reading its input. dequantize_int8: one CTA per (row, block), its
+// threads walking the row's columns.
+
+constexpr int kQuantizeWarps = 8;
+constexpr int64_t kMaxQuantizeBlocks = 4096;
+
+template <class T>
+__global__ void __launch_bounds__(kQuantizeWarps * 32)
+    quantize_int8_kernel(const T* __restrict__ x, int64_t groups, int group, int8_t* __restrict__ q,
+                         float* __restrict__ scales) {
+  const int lane = threadIdx.x % 32;
+  const int64_t warps = int64_t{gridDim.x} * kQuantizeWarps;
+  for (int64_t g = int64_t{blockIdx.x} * kQuantizeWarps + threadIdx.x / 32; g < groups;
+       g += warps) {
+    const T* const values = x + g * group;
+    float largest = 0.0f;
+    for (int i = lane; i < group; i += 32) largest = fmaxf(largest, fabsf(to_float(values[i])));
+    largest = warp_max(largest);
+    const float scale = largest / 127.0f;
+    for (int i = lane; i < group; i += 32) {
+      const float quantized = scale > 0.0f ? rintf(to_float(values[i]) / scale) : 0.0f;
+      q[g * group + i] = static_cast<int8_t>(fminf(fmaxf(quantized, -127.0f), 127.0f));
+    }
+    if (lane == 0) scales[g] = scale;
+  }
+}
+
+template <class T>
+__global__ void dequantize_int8_kernel(const int8_t* __restrict__ q, int64_t q_row_stride,
+                                       int64_t q_batch_stride, const float* __restrict__ scales,
+                                       int64_t scale_row_stride, int64_t scale_batch_stride,
+                                       int64_t cols, int group, T* __restrict__ out) {
+  const int64_t row = blockIdx.x, block = blockIdx.y, rows = gridDim.x;
+  const int8_t* const values = q + block * q_batch_stride + row * q_row_stride;
+  const float* const row_scales = scales + block * scale_batch_stride + row * scale_row_stride;
+  T* const target = out + (block * rows + row) * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    target[c] = from_float<T>(row_scales[c / group] * static_cast<float>(values[c]));
+  }
 }
 
 // ---- K/V cache append -------------------------------------------------------------------------
@@ -840,11 +922,12 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
   launch_generic_attention<T>(a, stream);
 }
 
-template <class T, bool kVector>
-void launch_decode_attention(const T* q, int64_t q_stride, const T* k, const T* v,
-                             int64_t kv_row_stride, int64_t kv_batch_stride, const int32_t* lengths,
-                             T* out, int64_t out_stride, int batch, int heads, int head_dim,
-                             float scale, cudaStream_t stream) {
+template <class T, class Kv, bool kVector>
+void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv* v,
+                             int64_t kv_row_stride, int64_t kv_batch_stride,
+                             const KvScales& kv_scales, const int32_t* lengths, T* out,
+                             int64_t out_stride, int batch, int heads, int head_dim, float scale,
+                             cudaStream_t stream) {
   int lanes_per_key_log2 = 0;
   while ((8 << lanes_per_key_log2) < head_dim) ++lanes_per_key_log2;
   // Split keys only while (sequence, head) pairs alone leave the GPU idle.
@@ -865,26 +948,31 @@ void launch_decode_attention(const T* q, int64_t q_stride, const T* k, const T* 
     config.attrs = &cluster;
     config.numAttrs = 1;
   }
-  check(cudaLaunchKernelEx(&config, decode_attention_kernel<T, kVector>, q, q_stride, k, v,
-                           kv_row_stride, kv_batch_stride, lengths, out, out_stride, head_dim,
-                           lanes_per_key_log2, scale),
+  check(cudaLaunchKernelEx(&config, decode_attention_kernel<T, Kv, kVector>, q, q_stride, k, v,
+                           kv_row_stride, kv_batch_stride, kv_scales, lengths, out, out_stride,
+                           head_dim, lanes_per_key_log2, scale),
         "decode attention");
   check_launch("decode attention");
 }
 
-template <class T>
+// T: the queries' and the output's type; Kv: the keys' and values' (T, or int8_t with scales).
+template <class T, class Kv>
 void dispatch_decode_attention(const void* q, int64_t q_stride, const void* k, const void* v,
                                int64_t kv_row_stride, int64_t kv_batch_stride,
-                               const int32_t* lengths, void* out, int64_t out_stride, int batch,
-                               int heads, int head_dim, float scale, cudaStream_t stream) {
-  constexpr int64_t per_vector = 16 / sizeof(T);
-  const bool vector = aligned(k, 16) && aligned(v, 16) && kv_row_stride % per_vector == 0 &&
-                      kv_batch_stride % per_vector == 0 && head_dim % per_vector == 0;
+                               const KvScales& kv_scales, const int32_t* lengths, void* out,
+                               int64_t out_stride, int batch, int heads, int head_dim, float scale,
+                               cudaStream_t stream) {
+  // Whole-chunk loads: 16 bytes (8 bytes for INT8, whose chunk of 8 values is that long).
+  constexpr size_t vector_bytes = std::is_same_v<Kv, int8_t> ? 8 : 16;
+  constexpr int64_t per_vector = vector_bytes / sizeof(Kv);
+  const bool vector = aligned(k, vector_bytes) && aligned(v, vector_bytes) &&
+                      kv_row_stride % per_vector == 0 && kv_batch_stride % per_vector == 0 &&
+                      head_dim % per_vector == 0;
   auto launch = [&](auto kernel_vector) {
-    launch_decode_attention<T, decltype(kernel_vector)::value>(
-        static_cast<const T*>(q), q_stride, static_cast<const T*>(k), static_cast<const T*>(v),
-        kv_row_stride, kv_batch_stride, lengths, static_cast<T*>(out), out_stride, batch, heads,
-        head_dim, scale, stream);
+    launch_decode_attention<T, Kv, decltype(kernel_vector)::value>(
+        static_cast<const T*>(q), q_stride, static_cast<const Kv*>(k), static_cast<const Kv*>(v),
+        kv_row_stride, kv_batch_stride, kv_scales, lengths, static_cast<T*>(out), out_stride, batch,
+        heads, head_dim, scale, stream);
   };
   if (vector) {
     launch(std::true_type{});
@@ -944,10 +1032,51 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
                       float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0) return;
   with_type(e, [&](auto zero) {
-    dispatch_decode_attention<decltype(zero)>(q, q_stride, k, v, kv_row_stride, kv_batch_stride,
-                                              lengths, out, out_stride, batch, heads, head_dim,
-                                              scale, stream);
+    using T = decltype(zero);
+    dispatch_decode_attention<T, T>(q, q_stride, k, v, kv_row_stride, kv_batch_stride, KvScales{},
+                                    lengths, out, out_stride, batch, heads, head_dim, scale,
+                                    stream);
   });
+}
+
+void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int8Kv& kv,
+                           const int32_t* lengths, void* out, int64_t out_stride, int batch,
+                           int heads, int head_dim, float scale, cudaStream_t stream) {
+  if (batch <= 0 || heads <= 0) return;
+  const KvScales scales{kv.k_scales, kv.v_scales, kv.scale_row_stride, kv.scale_batch_stride};
+  with_type(e, [&](auto zero) {
+    dispatch_decode_attention<decltype(zero), int8_t>(
+        q, q_stride, kv.k, kv.v, kv.row_stride, kv.batch_stride, scales, lengths, out, out_stride,
+        batch, heads, head_dim, scale, stream);
+  });
+}
+
+void quantize_int8(Element e, const void* x, int64_t rows, int64_t cols, int group, int8_t* q,
+                   float* scales, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t groups = rows * (cols / group);
+  const int64_t blocks = std::min<int64_t>(ceil_div(groups, kQuantizeWarps), kMaxQuantizeBlocks);
+  with_type(e, [&](auto zero) {
+    using T = decltype(zero);
+    quantize_int8_kernel<T><<<static_cast<unsigned>(blocks), kQuantizeWarps * 32, 0, stream>>>(
+        static_cast<const T*>(x), groups, group, q, scales);
+  });
+  check_launch("quantize_int8");
+}
+
+void dequantize_int8(const int8_t* q, int64_t q_row_stride, int64_t q_batch_stride,
+                     const float* scales, int64_t scale_row_stride, int64_t scale_batch_stride,
+                     int batch, int64_t rows, int64_t cols, int group, Element e, void* out,
+                     cudaStream_t stream) {
+  if (batch <= 0 || rows <= 0 || cols <= 0) return;
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(batch));
+  with_type(e, [&](auto zero) {
+    using T = decltype(zero);
+    dequantize_int8_kernel<T><<<grid, 256, 0, stream>>>(q, q_row_stride, q_batch_stride, scales,
+                                                        scale_row_stride, scale_batch_stride, cols,
+                                                        group, static_cast<T*>(out));
+  });
+  check_launch("dequantize_int8");
 }
 
 void append_kv(Element e, const void* new_k, const void* new_v, int64_t new_row_stride,

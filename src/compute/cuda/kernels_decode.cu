@@ -89,16 +89,6 @@ struct Params {
 
 // ---- Device helpers ---------------------------------------------------------------------------
 
-constexpr unsigned kFullWarp = 0xffffffffu;
-
-__device__ __forceinline__ float warp_sum(float value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(kFullWarp, value, offset);
-  }
-  return value;
-}
-
 template <class T>
 __device__ __forceinline__ void unpack(const uint4& raw, float (&out)[kPack<T>]) {
   T values[kPack<T>];
@@ -125,15 +115,6 @@ __device__ __forceinline__ uint4 load16(const T* source) {
 // A barrier for `threads` threads (whole warps) on barrier `id` (1…15; 0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// With programmatic dependent launch, waits for the kernels this one depends on (their writes
-// become visible); launched the ordinary way, it returns at once. Everything before it reads
-// only weights, which no kernel of a step writes.
-__device__ __forceinline__ void wait_for_prerequisite_kernels() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ float gelu_erf(float value) {
@@ -292,6 +273,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
                                      : make_uint4(0, 0, 0, 0);
     }
   };
+  allow_dependent_kernels();
   load_group(0);
   wait_for_prerequisite_kernels();
   stage_rows(p, xs, means, scales);
@@ -471,9 +453,20 @@ void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
   }
   const int64_t blocks = ceil_div(n_tiles, kWarps / p.split);
   if (blocks > INT32_MAX) fail("decode_linear: ", p.n_out, " output rows are too many");
-  decode_linear_kernel<T, kBatch>
-      <<<static_cast<unsigned>(blocks), kThreads, static_cast<size_t>(shared_bytes), stream>>>(p);
-  check_launch("decode_linear");
+  // Launched as a programmatic dependent of the kernel before it (which lets it start once all
+  // of that kernel's blocks run): its blocks load their first weights while that kernel finishes,
+  // and wait_for_prerequisite_kernels holds them back from x until it has.
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
+  config.stream = stream;
+  cudaLaunchAttribute early_start;
+  early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  early_start.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &early_start;
+  config.numAttrs = 1;
+  check(cudaLaunchKernelEx(&config, decode_linear_kernel<T, kBatch>, p), "decode_linear launch");
 }
 
 template <class T>

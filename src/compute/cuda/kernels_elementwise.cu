@@ -114,16 +114,6 @@ unsigned flat_blocks(int64_t count, int threads) {
 
 // ---- Reductions -------------------------------------------------------------------------------
 
-constexpr unsigned kFullWarp = 0xffffffffu;
-
-__device__ __forceinline__ float warp_sum(float value) {
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) {
-    value += __shfl_xor_sync(kFullWarp, value, offset);
-  }
-  return value;
-}
-
 // The sum over a block whose size is a multiple of 32, returned to every thread. `scratch` holds
 // 32 floats; the closing barrier lets the next call reuse it.
 __device__ float block_sum(float value, float* scratch) {

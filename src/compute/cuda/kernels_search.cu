@@ -26,6 +26,7 @@
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
 
 namespace hark::compute::cuda {
@@ -39,7 +40,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kPerThread = 16;                         // scores each thread holds
 constexpr int kSliceCapacity = kThreads * kPerThread;  // ids per block
 constexpr int kMaxVocabulary = kClusterBlocks * kSliceCapacity;
-constexpr unsigned kFullWarp = 0xffffffffu;
 
 constexpr float kBanned = -std::numeric_limits<float>::infinity();
 constexpr double kNegativeInfinity = -std::numeric_limits<double>::infinity();

@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <span>
 #include <utility>
+#include <vector>
 
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm.h"
+#include "compute/cuda/kernels.h"
 #include "compute/tensor.h"
 
 namespace hark::compute::cuda {
@@ -20,6 +22,13 @@ struct Matrix {
   int64_t rows = 0, cols = 0;
   bool q8_0 = false;
 };
+
+// The activation element type for a model whose weights are stored as `type`: F32 and BF16
+// stay, F16 and Q8_0 (and any other type) run in F16.
+Element activation_element(DType type);
+
+// `count` device values of element type e, copied to the host as F32 (synchronously).
+std::vector<float> download_f32(const void* device, int64_t count, Element e);
 
 // y = x · Wᵀ + bias: a linear layer's weight and optional bias [rows].
 struct Linear {
@@ -67,6 +76,13 @@ class Pass {
   // y[m, out] = x[m, in] · Wᵀ + bias (+ residual, which may be y), in the pass's element type.
   void linear(const void* x, int64_t m, const Linear& layer, void* y,
               const void* residual = nullptr);
+  // One linear layer of a decode step (m ≤ 16 rows; 16-bit or F32 weights, not Q8_0) in one
+  // launch (decode_linear): y = [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with
+  // `scatter` the layer's output split into y and the K/V caches. Null norm, residual, scatter:
+  // absent.
+  void step_linear(const void* x, int64_t m, const Linear& layer, void* y,
+                   const LayerNorm* norm = nullptr, bool gelu = false,
+                   const void* residual = nullptr, const KvScatter* scatter = nullptr);
   // y[m, rows of w] = x · Wᵀ in F32 (logits).
   void linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y);
   void layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_t cols, void* y);

@@ -60,6 +60,31 @@ Buffer to_device(const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
+Element activation_element(DType type) {
+  switch (type) {
+    case DType::F32:
+      return Element::f32;
+    case DType::BF16:
+      return Element::bf16;
+    default:
+      return Element::f16;
+  }
+}
+
+std::vector<float> download_f32(const void* device, int64_t count, Element e) {
+  std::vector<float> values(static_cast<size_t>(count));
+  if (e == Element::f32) {
+    download(device, values.size() * sizeof(float), values.data());
+    return values;
+  }
+  std::vector<uint16_t> halves(values.size());
+  download(device, halves.size() * sizeof(uint16_t), halves.data());
+  for (size_t i = 0; i < halves.size(); ++i) {
+    values[i] = e == Element::f16 ? quant::f16_to_f32(halves[i]) : quant::bf16_to_f32(halves[i]);
+  }
+  return values;
+}
+
 Matrix Uploader::matrix(std::span<const Weight* const> parts) const {
   if (parts.empty()) fail("CUDA upload: a matrix of no parts");
   Matrix m;
@@ -142,6 +167,19 @@ void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const 
   }
   const void* weights = w.q8_0 ? expanded(w) : w.data.data();
   gemm_.linear(element_, x, m, w.cols, weights, w.rows, bias, residual, element_, y, stream_);
+}
+
+void Pass::step_linear(const void* x, int64_t m, const Linear& layer, void* y,
+                       const LayerNorm* norm, bool gelu, const void* residual,
+                       const KvScatter* scatter) {
+  const Matrix& w = layer.weight;
+  if (w.q8_0) fail("step_linear: Q8_0 weights take Pass::linear");
+  if (m > INT32_MAX) fail("step_linear: ", m, " rows are too many for a decode step");
+  DecodeNorm decode_norm;
+  if (norm != nullptr) decode_norm = DecodeNorm{norm->gamma.data(), norm->beta.data(), norm->eps};
+  const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
+  decode_linear(element_, x, static_cast<int>(m), w.cols, norm != nullptr ? &decode_norm : nullptr,
+                w.data.data(), w.rows, bias, gelu, residual, y, scatter, stream_);
 }
 
 void Pass::linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y) {

@@ -326,24 +326,6 @@ void read_front_end(const fs::path& dir, Config& config) {
 // ---------------------------------------------------------------------------------------------
 // tokenizer.json
 
-// tokenizer.ggml.token_type values, as llama.cpp numbers them.
-constexpr int32_t kTokenNormal = 1;
-constexpr int32_t kTokenControl = 3;
-constexpr int32_t kTokenUserDefined = 4;
-constexpr int32_t kTokenByte = 6;
-
-struct Vocabulary {
-  std::vector<std::string> pieces;  // id order
-  std::vector<int32_t> types;
-};
-
-// "<0x41>": SentencePiece's byte-fallback pieces.
-bool is_byte_piece(const std::string& piece) {
-  return piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>' &&
-         std::isxdigit(static_cast<unsigned char>(piece[3])) &&
-         std::isxdigit(static_cast<unsigned char>(piece[4]));
-}
-
 // Whether the decoder turns U+2581 into spaces, which is how hark joins pieces.
 bool decodes_word_marks(const Json& decoder) {
   const std::string type = decoder.value("type", std::string());
@@ -456,13 +438,63 @@ bool is_unused_buffer(const std::string& name) {
 
 }  // namespace
 
+bool is_byte_piece(const std::string& piece) {
+  return piece.size() == 6 && piece.starts_with("<0x") && piece.back() == '>' &&
+         std::isxdigit(static_cast<unsigned char>(piece[3])) &&
+         std::isxdigit(static_cast<unsigned char>(piece[4]));
+}
+
+void check_weight_type(DType type) {
+  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0) {
+    fail("hark convert: --type ", dtype_name(type), " is not supported (f32, f16, bf16, q8_0)");
+  }
+}
+
+void write_header(gguf::Writer& writer, const Config& config, const std::string& name,
+                  const Vocabulary& vocabulary, DType type) {
+  if (static_cast<int>(vocabulary.pieces.size()) != config.vocab_size ||
+      vocabulary.types.size() != vocabulary.pieces.size()) {
+    fail("Parakeet GGUF: ", vocabulary.pieces.size(), " pieces for a vocabulary of ",
+         config.vocab_size);
+  }
+  write_config(writer, config);
+  writer.set_string("general.name", name);
+  writer.set_u32("general.file_type", hf::gguf_file_type(type));
+  writer.set_u32("general.alignment", 32);
+  // SentencePiece-style pieces ("▁" starts a word); llama.cpp calls such vocabularies "llama".
+  writer.set_string("tokenizer.ggml.model", "llama");
+  writer.set_strings("tokenizer.ggml.tokens", vocabulary.pieces);
+  writer.set_i32s("tokenizer.ggml.token_type", vocabulary.types);
+}
+
+void write_model(const Config& config, const std::string& name, const Vocabulary& vocabulary,
+                 const std::vector<const safetensors::TensorView*>& sources,
+                 std::shared_ptr<const void> owner, DType type, const std::string& out_path,
+                 const ConvertProgress& progress) {
+  const std::vector<TensorSpec> plan = tensor_layout(config);
+  if (sources.size() != plan.size()) {
+    fail("Parakeet GGUF: ", sources.size(), " tensors for a layout of ", plan.size());
+  }
+  gguf::Writer writer;
+  write_header(writer, config, name, vocabulary, type);
+
+  std::vector<hf::PlannedTensor> planned_tensors;
+  for (size_t i = 0; i < plan.size(); ++i) {
+    if (sources[i]->shape != plan[i].checkpoint_shape) {
+      fail("Parakeet GGUF: tensor ", plan[i].name, " has shape ", hf::shape_text(sources[i]->shape),
+           ", expected ", hf::shape_text(plan[i].checkpoint_shape));
+    }
+    planned_tensors.push_back(
+        {plan[i].name, plan[i].shape, stored_type(plan[i], type), sources[i]});
+  }
+  hf::write_gguf(writer, std::move(owner), std::move(planned_tensors), out_path, progress);
+}
+
 void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, DType type,
                         const ConvertProgress& progress) {
   const fs::path dir(hf_dir);
   if (!fs::is_directory(dir)) fail(hf_dir, ": not a directory (expected a Hugging Face model)");
-  if (type != DType::F32 && type != DType::F16 && type != DType::BF16 && type != DType::Q8_0) {
-    fail("hark convert: --type ", dtype_name(type), " is not supported (f32, f16, bf16, q8_0)");
-  }
+  check_weight_type(type);
 
   ModelSettings settings = read_model_settings(dir);
   Config& config = settings.config;
@@ -499,22 +531,8 @@ void convert_checkpoint(const std::string& hf_dir, const std::string& out_path, 
          " model as config.json describes it does not have");
   }
 
-  gguf::Writer writer;
-  write_config(writer, config);
-  writer.set_string("general.name", hf::directory_name(dir, "parakeet"));
-  writer.set_u32("general.file_type", hf::gguf_file_type(type));
-  writer.set_u32("general.alignment", 32);
-  // SentencePiece-style pieces ("▁" starts a word); llama.cpp calls such vocabularies "llama".
-  writer.set_string("tokenizer.ggml.model", "llama");
-  writer.set_strings("tokenizer.ggml.tokens", vocabulary.pieces);
-  writer.set_i32s("tokenizer.ggml.token_type", vocabulary.types);
-
-  std::vector<hf::PlannedTensor> planned_tensors;
-  for (size_t i = 0; i < plan.size(); ++i) {
-    planned_tensors.push_back(
-        {plan[i].name, plan[i].shape, stored_type(plan[i], type), sources[i]});
-  }
-  hf::write_gguf(writer, checkpoint, std::move(planned_tensors), out_path, progress);
+  write_model(config, hf::directory_name(dir, "parakeet"), vocabulary, sources, checkpoint, type,
+              out_path, progress);
 }
 
 }  // namespace hark::parakeet

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/random.h"
 #include "format/gguf.h"
 #include "format/hf_checkpoint.h"
 #include "format/quant.h"
@@ -44,18 +45,6 @@ const std::array<NamedConfig, 11> kConfigs = {{
     {"large-v3-turbo", make_config(kV3, 128, 1280, 32, 4, 20)},
 }};
 
-// splitmix64: fast, seedable, and the same on every platform.
-struct Random {
-  uint64_t state;
-  float uniform() {  // in [-1, 1)
-    uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    z ^= z >> 31;
-    return static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
-  }
-};
-
 }  // namespace
 
 std::span<const NamedConfig> reference_configs() {
@@ -92,7 +81,7 @@ void write_random_model(const Config& config, DType type, const std::string& pat
                         int64_t count = 1;
                         for (int64_t dim : shape) count *= dim;
                         std::vector<float> values(static_cast<size_t>(count));
-                        Random random{state};
+                        SplitMix64 random(state);
                         for (float& value : values) {
                           value = is_norm_gain ? 1.0f + 0.1f * random.uniform()
                                                : scale * random.uniform();

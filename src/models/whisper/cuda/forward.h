@@ -10,21 +10,39 @@
 
 namespace hark::whisper::cuda {
 
-// Scratch of the encoder, grown to the largest batch seen.
+// Scratch of the encoder; encode() keeps only `x` and `hidden` past the layers.
 struct EncoderBuffers {
   gpu::Buffer mel, time_major, unfolded, conv1, x, h, qkv, context, hidden;
 };
 
+// How the cross-attention K/V are kept: in the pass's element type, or as INT8 with one F32
+// scale per (frame, layer, K or V, head) (compute/cuda/kernels.h: quantize_int8), which halves
+// their memory (large-v3 at batch 16: 3.9 GB in F16) and what every decode step reads of them.
+enum class CrossKvStorage : uint8_t { native, int8 };
+
+// The storage a model uses: native unless the environment's HARK_CUDA_CROSS_KV is int8 (read at
+// each call; a model calls this once, when it loads). INT8 is a choice, not the default: it
+// moves the logits of the chaotic tiny test models by up to 1.9e-2 and changes some of their
+// greedy tokens (bench/RESULTS.md), though on the large-v3 random model it stays within 2.7e-3
+// of transformers with the same tokens. `e` is the pass's element type (unused so far: every
+// type may take either form).
+CrossKvStorage cross_kv_storage(gpu::Element e);
+
 // What the decoder reads of a batch of encoded windows: frames [count, frames, d] after the
-// final norm, and cross_kv [count, frames, layers · 2d] (every decoder layer's K and V).
+// final norm, and cross_kv [count, frames, layers · 2d] (every decoder layer's K and V, layer l's
+// K at 2d·l and its V d after), in the pass's element type or, for INT8 storage, as int8 values
+// with cross_kv_scales F32 [count, frames, layers · 2 · heads] (layer l's K heads at 2·heads·l,
+// its V heads after).
 struct EncodedBuffers {
-  gpu::Buffer frames, cross_kv;
+  gpu::Buffer frames, cross_kv, cross_kv_scales;
+  CrossKvStorage storage = CrossKvStorage::native;
   int count = 0;
 };
 
-// mel: `count` windows on the host, F32 [count, n_mels, window_frames()].
+// mel: `count` windows on the host, F32 [count, n_mels, window_frames()]. The scratch that the
+// end of the pass no longer needs is released before the outputs are allocated.
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float* mel, int count,
-            EncoderBuffers& scratch, EncodedBuffers& out);
+            CrossKvStorage storage, EncoderBuffers& scratch, EncodedBuffers& out);
 
 // Self-attention K/V caches of every decoder layer for `sequences` slots of `capacity`
 // positions: keys(l) and values(l) are [sequences, capacity, d].
@@ -48,15 +66,25 @@ class KvCaches {
 };
 
 // The cross-attention K/V that a decoder batch reads: sequence b reads window kv +
-// b · sequence_stride (0: all sequences read one window).
+// b · sequence_stride values (0: all sequences read one window), and for INT8 storage its scales
+// at scales + b · scale_sequence_stride.
 struct CrossKv {
+  CrossKvStorage storage = CrossKvStorage::native;
   const void* kv = nullptr;
   int64_t sequence_stride = 0;
+  const float* scales = nullptr;
+  int64_t scale_sequence_stride = 0;
 };
+
+// The windows of `encoded` that a decoder batch reads: window `first` for every sequence, or with
+// per_sequence window first + b for sequence b.
+CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& encoded, int first,
+                    bool per_sequence);
 
 // Scratch of the decoder, grown as needed.
 struct DecoderBuffers {
   gpu::Buffer x, h, qkv, context, q, hidden;
+  gpu::Buffer cross;  // INT8 cross K/V: one layer's dequantised for a prompt
 };
 
 // Appends `steps` tokens to sequences [first, first + batch) of `caches`, each of which holds

@@ -1,6 +1,9 @@
 #include "models/whisper/cuda/forward.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "base/error.h"
@@ -17,10 +20,29 @@ void* offset(void* base, int64_t elements, gpu::Element e) {
   return static_cast<uint8_t*>(base) + elements * static_cast<int64_t>(gpu::element_size(e));
 }
 
+// The cross-attention K/V storage that the environment's HARK_CUDA_CROSS_KV asks for, if any
+// (read at each model load, so that a test can compare the two forms in one process).
+std::optional<CrossKvStorage> requested_cross_kv_storage() {
+  const char* text = std::getenv("HARK_CUDA_CROSS_KV");
+  if (text == nullptr || *text == '\0') return std::nullopt;
+  const std::string_view name(text);
+  if (name == "int8") return CrossKvStorage::int8;
+  if (name == "native") return CrossKvStorage::native;
+  fail("HARK_CUDA_CROSS_KV is '", text, "': expected int8 or native");
+}
+
+// Rows the INT8 path's cross-K/V product computes at a time, at least: fewer would waste the
+// product's tiles (a batch of one window has 1500).
+constexpr int64_t kMinCrossKvChunkRows = 256;
+
 }  // namespace
 
+CrossKvStorage cross_kv_storage(gpu::Element) {
+  return requested_cross_kv_storage().value_or(CrossKvStorage::native);
+}
+
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float* mel, int count,
-            EncoderBuffers& s, EncodedBuffers& out) {
+            CrossKvStorage storage, EncoderBuffers& s, EncodedBuffers& out) {
   const gpu::Element e = pass.element();
   const int64_t n_mels = config.n_mels, in_frames = config.window_frames();
   const int64_t frames = config.max_source_positions, d = config.d_model;
@@ -65,11 +87,64 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
     pass.gelu(s.hidden.data(), rows, config.encoder_ffn);
     pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
   }
+  // Decoding the batch needs the memory more than a later encode needs these allocations, and the
+  // peak comes with the outputs: the scratch of the layers goes first (s.hidden stays, for the
+  // INT8 path's product).
+  s.mel = {};
+  s.time_major = {};
+  s.unfolded = {};
+  s.conv1 = {};
+  s.h = {};
+  s.qkv = {};
+  s.context = {};
+
+  out.count = count;
+  out.storage = storage;
   out.frames = gpu::Buffer(pass.bytes(rows * d));
   pass.layer_norm(s.x.data(), rows, w.encoder_norm, d, out.frames.data());
-  out.cross_kv = gpu::Buffer(pass.bytes(rows * layers * 2 * d));
-  pass.linear(out.frames.data(), rows, w.cross_kv, out.cross_kv.data());
-  out.count = count;
+  const int64_t kv_width = layers * 2 * d;
+  if (storage == CrossKvStorage::native) {
+    out.cross_kv = gpu::Buffer(pass.bytes(rows * kv_width));
+    pass.linear(out.frames.data(), rows, w.cross_kv, out.cross_kv.data());
+    return;
+  }
+  // INT8: the product goes through s.hidden a chunk of rows at a time, each chunk quantised from
+  // there, so no full copy in the element type is ever held.
+  const int head_dim = static_cast<int>(d / config.decoder_heads);
+  const int64_t scales_per_row = kv_width / head_dim;
+  out.cross_kv = gpu::Buffer(rows * kv_width);
+  out.cross_kv_scales = gpu::Buffer(sizeof(float) * rows * scales_per_row);
+  const int64_t fitting_rows = static_cast<int64_t>(s.hidden.bytes() / pass.bytes(kv_width));
+  const int64_t chunk_rows = std::min(rows, std::max(fitting_rows, kMinCrossKvChunkRows));
+  s.hidden.reserve(pass.bytes(chunk_rows * kv_width));
+  for (int64_t first = 0; first < rows; first += chunk_rows) {
+    const int64_t chunk = std::min(chunk_rows, rows - first);
+    pass.linear(offset(out.frames.data(), first * d, e), chunk, w.cross_kv, s.hidden.data());
+    gpu::quantize_int8(e, s.hidden.data(), chunk, kv_width, head_dim,
+                       out.cross_kv.as<int8_t>() + first * kv_width,
+                       out.cross_kv_scales.as<float>() + first * scales_per_row, pass.stream());
+  }
+}
+
+CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& encoded, int first,
+                    bool per_sequence) {
+  if (first < 0 || first >= encoded.count) {
+    fail("whisper: window ", first, " of a batch of ", encoded.count, " encoded windows");
+  }
+  const int64_t frames = config.max_source_positions;
+  const int64_t window = frames * 2 * config.d_model * config.decoder_layers;
+  const int64_t window_scales = frames * 2 * config.decoder_heads * config.decoder_layers;
+  CrossKv cross;
+  cross.storage = encoded.storage;
+  cross.sequence_stride = per_sequence ? window : 0;
+  if (encoded.storage == CrossKvStorage::native) {
+    cross.kv = offset(encoded.cross_kv.data(), first * window, e);
+    return cross;
+  }
+  cross.kv = encoded.cross_kv.as<int8_t>() + first * window;
+  cross.scales = encoded.cross_kv_scales.as<float>() + first * window_scales;
+  cross.scale_sequence_stride = per_sequence ? window_scales : 0;
+  return cross;
 }
 
 KvCaches::KvCaches(const Config& config, gpu::Element element, int sequences, int capacity)
@@ -165,24 +240,147 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
                    caches.sequence_stride(), s.context.data(), d, steps * d, batch, heads,
                    d / heads, steps, past + steps, w.decoder_scale, /*causal=*/true, pass.stream());
   };
+  // INT8 cross K/V: each layer's K and V of the windows read are dequantised into s.cross
+  // [windows, frames, 2d] for the attention (a prompt's few tokens, so this costs little).
+  const int64_t cross_windows = cross.sequence_stride == 0 ? 1 : batch;
+  if (cross.storage == CrossKvStorage::int8) {
+    s.cross.reserve(pass.bytes(cross_windows * frames * 2 * d));
+  }
   auto cross_attend = [&](int l, const void* q) {
-    const void* keys = offset(cross.kv, 2 * d * l, e);
-    gpu::attention(e, q, d, steps * d, keys, offset(keys, d, e), kv_row, cross.sequence_stride,
+    const void* keys = nullptr;
+    int64_t row_stride = kv_row, sequence_stride = cross.sequence_stride;
+    if (cross.storage == CrossKvStorage::native) {
+      keys = offset(cross.kv, 2 * d * l, e);
+    } else {
+      const int head_dim = static_cast<int>(d / heads);
+      const int64_t scales_per_row = kv_row / head_dim;
+      gpu::dequantize_int8(static_cast<const int8_t*>(cross.kv) + 2 * d * l, kv_row,
+                           cross.sequence_stride, cross.scales + 2 * heads * l, scales_per_row,
+                           cross.scale_sequence_stride, static_cast<int>(cross_windows), frames,
+                           2 * d, head_dim, e, s.cross.data(), pass.stream());
+      keys = s.cross.data();
+      row_stride = 2 * d;
+      sequence_stride = cross.sequence_stride == 0 ? 0 : frames * 2 * d;
+    }
+    gpu::attention(e, q, d, steps * d, keys, offset(keys, d, e), row_stride, sequence_stride,
                    s.context.data(), d, steps * d, batch, heads, d / heads, steps, frames,
                    w.decoder_scale, /*causal=*/false, pass.stream());
   };
   decoder_blocks(pass, config, w, rows, s, self_attend, cross_attend);
 }
 
+namespace {
+
+// The step with each linear layer in one launch together with the norm before it and the bias,
+// GELU, residual and K/V cache writes after it (Pass::step_linear): 8 launches a layer instead
+// of 13, and a step of a few sequences is bound by launches, not by arithmetic. The kernel reads
+// W once per 16 rows, but past 4 sequences cuBLASLt's products are faster on the H200 (large-v3
+// step, fused vs products: 1.73 vs 2.05 ms at batch 1, 2.20 vs 2.25 at 4, 2.68 vs 2.56 at 8,
+// 4.32 vs 3.16 at 16; bench/RESULTS.md), so larger batches and Q8_0 weights take
+// decoder_blocks' products.
+//
+// The batch up to which the fused step runs: the environment's HARK_CUDA_FUSED_STEP_MAX_BATCH
+// (0: never) lets a benchmark compare the two forms, else kFusedStepMaxBatch.
+constexpr int kFusedStepMaxBatch = 4;
+
+int fused_step_max_batch() {
+  static const int value = [] {
+    const char* text = std::getenv("HARK_CUDA_FUSED_STEP_MAX_BATCH");
+    if (text == nullptr || *text == '\0') return kFusedStepMaxBatch;
+    char* end = nullptr;
+    const long parsed = std::strtol(text, &end, 10);
+    if (*end != '\0' || parsed < 0 || parsed > 16) {
+      fail("HARK_CUDA_FUSED_STEP_MAX_BATCH is '", text, "': expected a number from 0 to 16");
+    }
+    return static_cast<int>(parsed);
+  }();
+  return value;
+}
+
+// A step's cross-attention of decoder layer l: q [batch, d] to s.context, over the K/V of the
+// windows `cross` names, cross_lengths[b] (= frames) keys each.
+void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, CrossKv cross,
+                       int l, const void* q, int batch, const int32_t* cross_lengths,
+                       DecoderBuffers& s) {
+  const gpu::Element e = pass.element();
+  const int64_t d = config.d_model, kv_row = 2 * d * config.decoder_layers;
+  const int heads = config.decoder_heads;
+  const int head_dim = static_cast<int>(d / heads);
+  if (cross.storage == CrossKvStorage::native) {
+    const void* keys = offset(cross.kv, 2 * d * l, e);
+    gpu::decode_attention(e, q, d, keys, offset(keys, d, e), kv_row, cross.sequence_stride,
+                          cross_lengths, s.context.data(), d, batch, heads, head_dim,
+                          w.decoder_scale, pass.stream());
+    return;
+  }
+  gpu::Int8Kv kv;
+  kv.k = static_cast<const int8_t*>(cross.kv) + 2 * d * l;
+  kv.v = kv.k + d;
+  kv.row_stride = kv_row;
+  kv.batch_stride = cross.sequence_stride;
+  kv.k_scales = cross.scales + 2 * heads * l;
+  kv.v_scales = kv.k_scales + heads;
+  kv.scale_row_stride = kv_row / head_dim;
+  kv.scale_batch_stride = cross.scale_sequence_stride;
+  gpu::decode_attention_int8(e, q, d, kv, cross_lengths, s.context.data(), d, batch, heads,
+                             head_dim, w.decoder_scale, pass.stream());
+}
+
+bool fused_step_fits(const Config& config, const Weights& w, int batch) {
+  // The kernel moves rows in 16-byte loads: widths must be multiples of 8 values.
+  return batch <= fused_step_max_batch() && config.d_model % 8 == 0 &&
+         config.decoder_ffn % 8 == 0 && !w.decoder_layers.empty() &&
+         !w.decoder_layers[0].fc1.weight.q8_0;
+}
+
+void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
+                       int batch, const int32_t* positions, const int32_t* lengths,
+                       const int32_t* cross_lengths, CrossKv cross, DecoderBuffers& s) {
+  const gpu::Element e = pass.element();
+  const int64_t d = config.d_model;
+  const int heads = config.decoder_heads;
+  for (int l = 0; l < config.decoder_layers; ++l) {
+    const DecoderLayer& layer = w.decoder_layers[l];
+    // Self-attention: Q to s.q, this token's K and V straight into the caches.
+    gpu::KvScatter scatter;
+    scatter.k_cache = caches.keys(l);
+    scatter.v_cache = caches.values(l);
+    scatter.cache_batch_stride = caches.sequence_stride();
+    scatter.positions = positions;
+    scatter.width = d;
+    pass.step_linear(s.x.data(), batch, layer.qkv, s.q.data(), &layer.self_norm, false, nullptr,
+                     &scatter);
+    gpu::decode_attention(e, s.q.data(), d, caches.keys(l), caches.values(l), d,
+                          caches.sequence_stride(), lengths, s.context.data(), d, batch, heads,
+                          d / heads, w.decoder_scale, pass.stream());
+    pass.step_linear(s.context.data(), batch, layer.self_out, s.x.data(), nullptr, false,
+                     s.x.data());
+
+    pass.step_linear(s.x.data(), batch, layer.cross_q, s.q.data(), &layer.cross_norm);
+    cross_attend_step(pass, config, w, cross, l, s.q.data(), batch, cross_lengths, s);
+    pass.step_linear(s.context.data(), batch, layer.cross_out, s.x.data(), nullptr, false,
+                     s.x.data());
+
+    pass.step_linear(s.x.data(), batch, layer.fc1, s.hidden.data(), &layer.ffn_norm, true);
+    pass.step_linear(s.hidden.data(), batch, layer.fc2, s.x.data(), nullptr, false, s.x.data());
+  }
+}
+
+}  // namespace
+
 void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
                  int batch, const int32_t* ids, const int32_t* positions, const int32_t* lengths,
                  const int32_t* cross_lengths, CrossKv cross, DecoderBuffers& s) {
   const gpu::Element e = pass.element();
-  const int64_t d = config.d_model, kv_row = 2 * d * config.decoder_layers;
+  const int64_t d = config.d_model;
   const int heads = config.decoder_heads;
   reserve_decoder(pass, config, batch, s);
   gpu::embed(e, w.tokens.data.data(), w.tokens.q8_0, w.decoder_positions.data(), ids, positions,
              batch, d, s.x.data(), pass.stream());
+  if (fused_step_fits(config, w, batch)) {
+    fused_step_blocks(pass, config, w, caches, batch, positions, lengths, cross_lengths, cross, s);
+    return;
+  }
   auto self_attend = [&](int l, const void* qkv) {
     gpu::append_kv(e, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, 3 * d, batch, 1, d,
                    caches.keys(l), caches.values(l), caches.sequence_stride(), positions,
@@ -192,10 +390,7 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
                           d / heads, w.decoder_scale, pass.stream());
   };
   auto cross_attend = [&](int l, const void* q) {
-    const void* keys = offset(cross.kv, 2 * d * l, e);
-    gpu::decode_attention(e, q, d, keys, offset(keys, d, e), kv_row, cross.sequence_stride,
-                          cross_lengths, s.context.data(), d, batch, heads, d / heads,
-                          w.decoder_scale, pass.stream());
+    cross_attend_step(pass, config, w, cross, l, q, batch, cross_lengths, s);
   };
   decoder_blocks(pass, config, w, batch, s, self_attend, cross_attend);
 }

@@ -12,7 +12,6 @@
 #include "base/error.h"
 #include "compute/cuda/device.h"
 #include "format/gguf.h"
-#include "format/quant.h"
 #include "models/whisper/config.h"
 #include "models/whisper/cuda/forward.h"
 #include "models/whisper/model.h"
@@ -31,22 +30,6 @@ using cuda::KvCaches;
 constexpr int kMaxSequences = 256;
 // Batched greedy steps between two looks at the done flags (each look waits for the GPU).
 constexpr int kStepsPerCheck = 8;
-
-// Device values of element type e to host F32.
-std::vector<float> to_host_f32(const void* device, int64_t count, gpu::Element e) {
-  std::vector<float> values(static_cast<size_t>(count));
-  if (e == gpu::Element::f32) {
-    gpu::download(device, values.size() * sizeof(float), values.data());
-    return values;
-  }
-  std::vector<uint16_t> halves(values.size());
-  gpu::download(device, halves.size() * sizeof(uint16_t), halves.data());
-  for (size_t i = 0; i < halves.size(); ++i) {
-    values[i] =
-        e == gpu::Element::f16 ? quant::f16_to_f32(halves[i]) : quant::bf16_to_f32(halves[i]);
-  }
-  return values;
-}
 
 double log_sum_exp(const float* scores, int64_t n) {
   const float top = *std::max_element(scores, scores + n);
@@ -117,6 +100,7 @@ class CudaWhisper final : public Model {
                                                    ? host.decoder.embed_tokens.type
                                                    : host.decoder.layers[0].ffn.fc1.weight.type));
     pass_ = std::make_unique<gpu::Pass>(weights_.element, stream_.get());
+    cross_kv_storage_ = cuda::cross_kv_storage(weights_.element);
     upload_rules();
   }
 
@@ -138,7 +122,8 @@ class CudaWhisper final : public Model {
       // needs the memory more than the next encode needs the allocations saved.
       std::lock_guard lock(mutex_);
       EncoderBuffers scratch;
-      cuda::encode(*pass_, config_, weights_, mel.data(), count, scratch, batch->buffers);
+      cuda::encode(*pass_, config_, weights_, mel.data(), count, cross_kv_storage_, scratch,
+                   batch->buffers);
       stream_.synchronize();
     }
     std::vector<std::shared_ptr<const EncodedWindow>> windows;
@@ -161,11 +146,10 @@ class CudaWhisper final : public Model {
     return cast;
   }
 
+  // What the sequences of a session read: the one window.
   CrossKv cross_of(const CudaWindow& window) const {
-    const int64_t per_window =
-        int64_t{config_.max_source_positions} * 2 * config_.d_model * config_.decoder_layers;
-    const auto* base = static_cast<const uint8_t*>(window.batch->buffers.cross_kv.data());
-    return {base + per_window * window.index * gpu::element_size(weights_.element), 0};
+    return cuda::cross_kv_of(config_, weights_.element, window.batch->buffers, window.index,
+                             /*per_sequence=*/false);
   }
 
  private:
@@ -197,6 +181,7 @@ class CudaWhisper final : public Model {
   Config config_;
   Vocabulary vocabulary_;
   cuda::Weights weights_;
+  cuda::CrossKvStorage cross_kv_storage_ = cuda::CrossKvStorage::native;
   gpu::Buffer suppress_, begin_suppress_;
   gpu::GreedyRules rules_;
   // The encoder and the batched search run on the model's stream, one call at a time.
@@ -210,7 +195,7 @@ std::vector<float> CudaWindow::frames() const {
   const int64_t count = int64_t{config.max_source_positions} * config.d_model;
   const gpu::Element e = owner->weights().element;
   const auto* base = static_cast<const uint8_t*>(batch->buffers.frames.data());
-  return to_host_f32(base + count * index * gpu::element_size(e), count, e);
+  return gpu::download_f32(base + count * index * gpu::element_size(e), count, e);
 }
 
 // n sequences decoding one window, driven from the host (language detection, beam search,
@@ -403,26 +388,41 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
   gpu::GreedyRules rules = rules_;
   rules.timestamps = timestamps;
 
-  // The prompts, one sequence at a time (they differ in length). Each one's rows at
-  // <|startoftranscript|> and at its end are gathered, and all their logits computed at once:
-  // the end rows start the search, the others give no_speech_prob.
+  // The prompts, in as few decoder passes as they allow: each run of consecutive jobs whose
+  // prompts have one length (in the batched mode, usually all of them) is one pass over its
+  // sequences, which read their windows' cross-attention K/V at the batch's stride. Each prompt's
+  // rows at <|startoftranscript|> and at its end are gathered, and all their logits computed at
+  // once: the end rows start the search, the others give no_speech_prob.
   const auto prompt_start = std::chrono::steady_clock::now();
   StepInputs inputs;
   const size_t row_bytes = pass.bytes(config_.d_model);
+  const EncodedBuffers& encoded = first->batch->buffers;
   gpu::Buffer selected(2 * row_bytes * batch);  // per job: <|startoftranscript|> row, end row
-  for (int j = 0; j < batch; ++j) {
-    const GreedyJob& job = jobs[j];
-    const int prompt = static_cast<int>(job.prompt.size());
-    std::vector<int32_t> position_ids(prompt);
-    std::iota(position_ids.begin(), position_ids.end(), 0);
-    inputs.upload(job.prompt, position_ids, {0}, stream);
-    cuda::decode_tokens(pass, config_, weights_, caches, j, 1, prompt, 0, inputs.ids.as<int32_t>(),
-                        inputs.position_ids.as<int32_t>(), inputs.positions.as<int32_t>(),
-                        cross_of(*ours(job.window)), scratch);
-    const int64_t rows[] = {job.sot_index, prompt - 1};
-    cuda::gather_rows(scratch.x.data(), rows, row_bytes, selected.as<uint8_t>() + 2 * row_bytes * j,
-                      stream);
+  for (int first_job = 0; first_job < batch;) {
+    const int prompt = static_cast<int>(jobs[first_job].prompt.size());
+    int end_job = first_job + 1;
+    while (end_job < batch && static_cast<int>(jobs[end_job].prompt.size()) == prompt) ++end_job;
+    const int run = end_job - first_job;
+    std::vector<int32_t> ids, position_ids;
+    std::vector<int64_t> rows;
+    for (int i = 0; i < run; ++i) {
+      const GreedyJob& job = jobs[first_job + i];
+      ids.insert(ids.end(), job.prompt.begin(), job.prompt.end());
+      for (int p = 0; p < prompt; ++p) position_ids.push_back(p);
+      rows.push_back(int64_t{i} * prompt + job.sot_index);
+      rows.push_back(int64_t{i} * prompt + prompt - 1);
+    }
+    inputs.upload(ids, position_ids, std::vector<int32_t>(run, 0), stream);
+    const CrossKv cross =
+        cuda::cross_kv_of(config_, weights_.element, encoded, first_job, /*per_sequence=*/true);
+    cuda::decode_tokens(pass, config_, weights_, caches, first_job, run, prompt, 0,
+                        inputs.ids.as<int32_t>(), inputs.position_ids.as<int32_t>(),
+                        inputs.positions.as<int32_t>(), cross, scratch);
+    cuda::gather_rows(scratch.x.data(), rows, row_bytes,
+                      selected.as<uint8_t>() + 2 * row_bytes * first_job, stream);
+    first_job = end_job;
   }
+  scratch.cross = {};  // INT8 cross K/V dequantised for the prompts: the steps read them as stored
   const size_t row_floats = sizeof(float) * vocab;
   gpu::Buffer prompt_logits(2 * row_floats * batch);
   cuda::logits(pass, config_, weights_, selected.data(), 2 * batch, prompt_logits.as<float>());
@@ -452,8 +452,7 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
   gpu::Buffer positions_dev = gpu::upload_vector<int32_t>(positions, stream);
   gpu::Buffer lengths_dev = gpu::upload_vector<int32_t>(lengths, stream);
   gpu::Buffer cross_lengths_dev = gpu::upload_vector<int32_t>(cross_lengths, stream);
-  const CrossKv cross{cross_of(*first).kv, int64_t{config_.max_source_positions} * 2 *
-                                               config_.d_model * config_.decoder_layers};
+  const CrossKv cross = cuda::cross_kv_of(config_, weights_.element, encoded, 0, true);
 
   // The first token comes from the prompts' logits; every further one from a replayed step.
   gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);

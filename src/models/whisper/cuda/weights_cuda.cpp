@@ -3,6 +3,8 @@
 #include <cmath>
 #include <utility>
 
+#include "nn/upload_cuda.h"
+
 namespace hark::whisper::cuda {
 
 namespace {
@@ -18,38 +20,15 @@ Weight as_matrix(const Weight& conv) {
   return matrix;
 }
 
-const Weight* bias_of(const nn::Linear& layer) {
-  return layer.bias ? &*layer.bias : nullptr;
-}
-
-gpu::Linear linear(const gpu::Uploader& up, const nn::Linear& layer) {
-  return up.linear(layer.weight, bias_of(layer));
-}
-
-gpu::LayerNorm norm(const gpu::Uploader& up, const nn::LayerNorm& n) {
-  return up.layer_norm(n.weight, n.bias, n.eps);
-}
-
-// Q, K and V stacked by rows, with their biases (zeros where a projection has none).
 gpu::Linear stacked_qkv(const gpu::Uploader& up, const nn::MultiHeadAttention& a) {
-  const Weight* matrices[] = {&a.q_proj.weight, &a.k_proj.weight, &a.v_proj.weight};
-  const int64_t d = a.width();
-  const std::pair<const Weight*, int64_t> biases[] = {
-      {bias_of(a.q_proj), d}, {bias_of(a.k_proj), d}, {bias_of(a.v_proj), d}};
-  return gpu::Linear{up.matrix(matrices), up.vector(biases)};
+  const nn::Linear* const parts[] = {&a.q_proj, &a.k_proj, &a.v_proj};
+  return nn::upload_stacked(up, parts);
 }
 
 }  // namespace
 
 gpu::Element element_for(DType type) {
-  switch (type) {
-    case DType::F32:
-      return gpu::Element::f32;
-    case DType::BF16:
-      return gpu::Element::bf16;
-    default:
-      return gpu::Element::f16;
-  }
+  return gpu::activation_element(type);
 }
 
 Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::Element element) {
@@ -61,32 +40,30 @@ Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::
   w.conv2 = up.linear(as_matrix(enc.conv2), &enc.conv2_bias);
   w.encoder_positions = up.table(enc.positions, 0);
   for (const whisper::EncoderLayer& layer : enc.layers) {
-    w.encoder_layers.push_back({norm(up, layer.attention_norm), stacked_qkv(up, layer.attention),
-                                linear(up, layer.attention.out_proj), norm(up, layer.ffn_norm),
-                                linear(up, layer.ffn.fc1), linear(up, layer.ffn.fc2)});
+    w.encoder_layers.push_back(
+        {nn::upload(up, layer.attention_norm), stacked_qkv(up, layer.attention),
+         nn::upload(up, layer.attention.out_proj), nn::upload(up, layer.ffn_norm),
+         nn::upload(up, layer.ffn.fc1), nn::upload(up, layer.ffn.fc2)});
   }
-  w.encoder_norm = norm(up, enc.final_norm);
+  w.encoder_norm = nn::upload(up, enc.final_norm);
 
   const DecoderWeights& dec = host.decoder;
   w.tokens = up.matrix(dec.embed_tokens);
   w.decoder_positions = up.table(dec.positions, config.max_target_positions);
-  std::vector<const Weight*> cross_matrices;
-  std::vector<std::pair<const Weight*, int64_t>> cross_biases;
+  std::vector<const nn::Linear*> cross_parts;  // every layer's K, then V
   const int64_t d = config.d_model;
   for (const whisper::DecoderLayer& layer : dec.layers) {
     w.decoder_layers.push_back(
-        {norm(up, layer.self_attention_norm), stacked_qkv(up, layer.self_attention),
-         linear(up, layer.self_attention.out_proj), norm(up, layer.cross_attention_norm),
-         linear(up, layer.cross_attention.q_proj), linear(up, layer.cross_attention.out_proj),
-         norm(up, layer.ffn_norm), linear(up, layer.ffn.fc1), linear(up, layer.ffn.fc2)});
-    const nn::MultiHeadAttention& cross = layer.cross_attention;
-    cross_matrices.push_back(&cross.k_proj.weight);
-    cross_matrices.push_back(&cross.v_proj.weight);
-    cross_biases.emplace_back(bias_of(cross.k_proj), d);
-    cross_biases.emplace_back(bias_of(cross.v_proj), d);
+        {nn::upload(up, layer.self_attention_norm), stacked_qkv(up, layer.self_attention),
+         nn::upload(up, layer.self_attention.out_proj), nn::upload(up, layer.cross_attention_norm),
+         nn::upload(up, layer.cross_attention.q_proj),
+         nn::upload(up, layer.cross_attention.out_proj), nn::upload(up, layer.ffn_norm),
+         nn::upload(up, layer.ffn.fc1), nn::upload(up, layer.ffn.fc2)});
+    cross_parts.push_back(&layer.cross_attention.k_proj);
+    cross_parts.push_back(&layer.cross_attention.v_proj);
   }
-  w.decoder_norm = norm(up, dec.final_norm);
-  w.cross_kv = gpu::Linear{up.matrix(cross_matrices), up.vector(cross_biases)};
+  w.decoder_norm = nn::upload(up, dec.final_norm);
+  w.cross_kv = nn::upload_stacked(up, cross_parts);
   w.encoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.encoder_heads));
   w.decoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.decoder_heads));
   return w;

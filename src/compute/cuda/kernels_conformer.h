@@ -1,0 +1,116 @@
+// The CUDA kernels of Conformer encoders and transducer heads (FastConformer as in NVIDIA's
+// Parakeet, docs/parakeet.md sections 4-5), beside the shared ones in kernels.h and under the same
+// rules: every pointer is device memory, every launch is asynchronous on `stream`, nothing
+// synchronises with the host or allocates, activations are of element type e (F32, F16, BF16)
+// and every kernel computes in F32. Launchers trust their arguments: the model checks shapes.
+//
+// Batches are padded: sequence b of a [batch, steps, ...] tensor has lengths[b] valid steps (a
+// device array). Where a kernel says so, steps at or past the length read as zeros, so that a
+// padded batch computes for its valid steps exactly what each sequence alone would.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "compute/cuda/kernels.h"
+
+namespace hark::compute::cuda {
+
+// ---- Convolutional subsampling ----------------------------------------------------------------
+
+// A square-kernel 2-D convolution of one-channel images x [batch, height, width] (time ×
+// frequency) to `channels` channels-last outputs y [batch, out_height, out_width, channels]:
+//   y[b, t, f, c] = act(bias[c] + Σ_{i,j} w[c, i, j] · x[b, t·stride − padding + i,
+//                                                       f·stride − padding + j])
+// with out_height = (height + 2·padding − kernel) / stride + 1 (out_width likewise), zeros
+// outside the image and at rows ≥ heights[b]; act is ReLU when `relu`, else none. w [channels,
+// kernel, kernel] (PyTorch's [C, 1, k, k]), bias [channels].
+void conv2d_one_channel(Element e, const void* x, int batch, int64_t height, int64_t width,
+                        const int32_t* heights, const void* w, const void* bias, int64_t channels,
+                        int kernel, int stride, int padding, bool relu, void* y,
+                        cudaStream_t stream);
+
+// Depthwise 2-D convolution of channels-last images x [batch, height, width, channels]:
+//   y[b, t, f, c] = bias[c] + Σ_{i,j} w[c, i, j] · x[b, t·stride − padding + i,
+//                                                    f·stride − padding + j, c]
+// (output sizes as conv2d_one_channel), zeros outside the image and at rows ≥ heights[b].
+// w [channels, kernel, kernel] (PyTorch's [C, 1, k, k]), bias [channels].
+void depthwise_conv2d(Element e, const void* x, int batch, int64_t height, int64_t width,
+                      int64_t channels, const int32_t* heights, const void* w, const void* bias,
+                      int kernel, int stride, int padding, void* y, cudaStream_t stream);
+
+// y[a, j, i] = x[a, i, j] for x [count, rows, cols]: y [count, cols, rows].
+void swap_last_axes(Element e, const void* x, int64_t count, int64_t rows, int64_t cols, void* y,
+                    cudaStream_t stream);
+
+// ---- Elementwise ------------------------------------------------------------------------------
+
+// In place over n values: max(x, 0); x · σ(x); x · factor.
+void relu(Element e, void* x, int64_t n, cudaStream_t stream);
+void silu(Element e, void* x, int64_t n, cudaStream_t stream);
+void scale(Element e, void* x, int64_t n, float factor, cudaStream_t stream);
+
+// Gated linear unit: y[r, c] = x[r, c] · σ(x[r, channels + c]) for x [rows, 2·channels]:
+// y [rows, channels].
+void glu(Element e, const void* x, int64_t rows, int64_t channels, void* y, cudaStream_t stream);
+
+// ---- Conformer convolution and attention ------------------------------------------------------
+
+// Depthwise 1-D convolution over time with 'same' padding, x [batch, steps, channels]:
+//   y[b, t, c] = act(bias[c] + Σ_j w[c, j] · x[b, t + j − (kernel − 1) / 2, c])
+// where steps outside [0, lengths[b]) read as zeros; act is SiLU when `silu`, else none. w
+// [channels, kernel] (PyTorch's [C, 1, k]) with kernel odd, bias [channels]. y [batch, steps,
+// channels] is written for every step. y must not alias x.
+void depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
+                      const int32_t* lengths, const void* w, const void* bias, int kernel,
+                      bool silu, void* y, cudaStream_t stream);
+
+// Multi-head self-attention with Transformer-XL relative positions (compute::rel_pos_attention,
+// docs/parakeet.md 4.3). Row t of sequence b of q, k and v is at q + (b·steps + t)·row_stride
+// (likewise k, v: slices of one fused projection), head h at columns h·head_dim ...; p [2·steps
+// − 1, heads·head_dim] (row stride p_row_stride) is the projected position table, row
+// steps − 1 − r for position r. With u, v' the rows h of bias_u, bias_v [heads, head_dim], for
+// query i < lengths[b] and keys j < lengths[b]:
+//   score[i, j] = scale · ((q_i + u)·k_j + (q_i + v')·p[steps − 1 − i + j])
+//   out_i = Σ_j softmax_j(score[i, :])_j · v_j
+// at out + (b·steps + i)·out_row_stride + h·head_dim; queries at or past lengths[b] get zeros.
+// head_dim ≤ 128. out must not alias an input.
+void rel_pos_attention(Element e, const void* q, const void* k, const void* v, int64_t row_stride,
+                       const void* p, int64_t p_row_stride, const void* bias_u, const void* bias_v,
+                       const int32_t* lengths, int batch, int64_t steps, int heads, int head_dim,
+                       float scale, void* out, int64_t out_row_stride, cudaStream_t stream);
+
+// ---- Heads ------------------------------------------------------------------------------------
+
+// Finishes F32 logits [rows, cols] in place and picks from them: logits[r, :] += bias (element
+// type e, [cols]; null: none), then first[r] = argmax over columns [0, split) and, when `second`
+// is not null, second[r] = argmax over [split, cols) counted from split (TDT's durations). Ties
+// go to the lowest index, as torch.argmax.
+void finish_logits(Element e, float* logits, const void* bias, int64_t rows, int64_t cols,
+                   int64_t split, int32_t* first, int32_t* second, cudaStream_t stream);
+
+// y[i, :] = table[ids[i], :] for i < n, rows of `cols` values; rows with ids[i] < 0 are left as
+// they are.
+void embedding(Element e, const void* table, const int32_t* ids, int64_t n, int64_t cols, void* y,
+               cudaStream_t stream);
+
+// PyTorch's LSTM cell for the rows whose ids[b] ≥ 0 (the others keep h and c): with gates
+// [batch, 4·hidden] = x·W_ihᵀ + b_ih + h·W_hhᵀ + b_hh in the order i, f, g, o,
+//   c = σ(f) ⊙ c + σ(i) ⊙ tanh(g),  h = σ(o) ⊙ tanh(c).
+// c [batch, hidden] is F32 (the state that accumulates across steps keeps full precision); h
+// [batch, hidden] and gates are of element type e.
+void lstm_cell(Element e, const void* gates, const int32_t* ids, int64_t batch, int64_t hidden,
+               float* c, void* h, cudaStream_t stream);
+
+// y[b, :] = x[b, :] for the rows whose ids[b] ≥ 0, rows of `cols` values.
+void copy_rows_where(Element e, const void* x, const int32_t* ids, int64_t rows, int64_t cols,
+                     void* y, cudaStream_t stream);
+
+// The joint network's hidden layer for n decoding steps: y[i, :] = ReLU(encoder[rows[i], :] +
+// prediction[rows[n + i], :]), rows of `cols` values (rows: n encoder rows, then n prediction
+// rows).
+void joint_hidden(Element e, const void* encoder, const void* prediction, const int32_t* rows,
+                  int64_t n, int64_t cols, void* y, cudaStream_t stream);
+
+}  // namespace hark::compute::cuda

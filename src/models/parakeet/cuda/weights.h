@@ -1,0 +1,82 @@
+// Parakeet's weights on the GPU, in the layout the CUDA forward pass wants: q, k and v of each
+// attention stacked into one matrix (one product instead of three), the feed-forward modules'
+// half step folded into their second linear, and the conv module's BatchNorm folded into its
+// depthwise kernel (the values parakeet/weights.cpp folds at load).
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "compute/cuda/pass.h"
+#include "models/parakeet/weights.h"
+
+namespace hark::parakeet::cuda {
+
+namespace gpu = compute::cuda;
+
+struct SubsamplingStage {
+  gpu::Buffer depthwise_weight;  // [C, 3, 3]
+  gpu::Buffer depthwise_bias;    // [C]
+  gpu::Linear pointwise;         // [C, C] + [C]
+};
+
+struct Subsampling {
+  gpu::Buffer conv_weight, conv_bias;  // [C, 3, 3] (one input channel), [C]
+  std::vector<SubsamplingStage> stages;
+  gpu::Linear linear;  // [d, C·F] + [d], F the frequency bins after every stage
+  int kernel = 3, stride = 2, padding = 1;
+  float output_scale = 1.0f;  // sqrt(d) with scale_input
+};
+
+struct Block {
+  gpu::LayerNorm norm_ff1;
+  // fc2 holds ½·W and ½·b: x + ½·FF(z) becomes one product with x as its residual. Halving is
+  // exact in binary floating point, so this is the same sum.
+  gpu::Linear ff1_fc1, ff1_fc2;
+  gpu::LayerNorm norm_attention;
+  gpu::Linear qkv;             // [3d, d] (+ [3d]): q, k, v stacked
+  gpu::Linear positions;       // [d, d], no bias (relative_k_proj)
+  gpu::Buffer bias_u, bias_v;  // [h, dh]
+  gpu::Linear out;             // o_proj
+  gpu::LayerNorm norm_conv;
+  gpu::Linear pointwise1;                        // [2d, d]
+  gpu::Buffer depthwise_weight, depthwise_bias;  // [d, k], [d], BatchNorm folded in
+  gpu::Linear pointwise2;                        // [d, d]
+  gpu::LayerNorm norm_ff2;
+  gpu::Linear ff2_fc1, ff2_fc2;  // fc2 halved as ff1's
+  gpu::LayerNorm norm_out;
+};
+
+// One LSTM layer as the two products of its gates: x·W_ihᵀ + b_ih and h·W_hhᵀ + b_hh.
+struct LstmLayer {
+  gpu::Linear input, hidden;
+};
+
+struct Transducer {
+  gpu::Buffer embedding;  // [V, H]
+  std::vector<LstmLayer> lstm;
+  gpu::Linear encoder_projector;  // [joint, d]
+  gpu::Linear decoder_projector;  // [joint, H]
+  gpu::Linear head;               // [V (+ D), joint]
+};
+
+struct Weights {
+  gpu::Element element = gpu::Element::f32;
+  Subsampling subsampling;
+  std::vector<Block> blocks;
+  std::optional<gpu::Linear> ctc_head;  // [V, d] + [V]
+  std::optional<Transducer> transducer;
+  float attention_scale = 1.0f;  // dh^-1/2
+};
+
+// The element type the weights of `host` run in (compute::cuda::activation_element of the type
+// the encoder's matrices are stored in).
+gpu::Element element_for(const parakeet::Weights& host);
+
+// Copies the bound host weights to the GPU in `element`. Q8_0 matrices stay Q8_0 there when the
+// element type is 16-bit (Pass::linear expands them for products of many rows), but for the
+// halved fc2 matrices, which are dequantized at upload; vectors, kernels and the embedding are
+// converted to `element`.
+Weights upload_weights(const parakeet::Weights& host, gpu::Element element);
+
+}  // namespace hark::parakeet::cuda

@@ -1,0 +1,112 @@
+#include "models/parakeet/cuda/weights.h"
+
+#include <utility>
+
+#include "format/quant.h"
+#include "nn/upload_cuda.h"
+
+namespace hark::parakeet::cuda {
+
+namespace {
+
+using compute::Weight;
+
+// A stored weight's values as F32, times `factor`.
+std::vector<float> scaled_values(const Weight& w, float factor) {
+  std::vector<float> values(static_cast<size_t>(w.shape.elements()));
+  quant::to_f32_rows(w.type, w.data, w.cols(), 0, w.rows(), values.data());
+  for (float& value : values) value *= factor;
+  return values;
+}
+
+// The feed-forward module's second linear with its output halved (the macaron half step).
+gpu::Linear halved(const gpu::Uploader& up, const nn::Linear& layer) {
+  const std::vector<float> weight = scaled_values(layer.weight, 0.5f);
+  const Weight weight_view = Weight::f32(weight.data(), layer.weight.shape);
+  if (!layer.bias) return up.linear(weight_view, nullptr);
+  const std::vector<float> bias = scaled_values(*layer.bias, 0.5f);
+  const Weight bias_view = Weight::f32(bias.data(), layer.bias->shape);
+  return up.linear(weight_view, &bias_view);
+}
+
+// q, k and v stacked by rows, with their biases when the projections have them.
+gpu::Linear stacked_qkv(const gpu::Uploader& up, const nn::RelPositionAttention& a) {
+  const nn::Linear* const parts[] = {&a.q_proj, &a.k_proj, &a.v_proj};
+  return nn::upload_stacked(up, parts);
+}
+
+Subsampling subsampling(const gpu::Uploader& up, const nn::ConvSubsampling& host) {
+  Subsampling s;
+  s.conv_weight = up.vector(host.conv_weight);
+  s.conv_bias = up.vector(host.conv_bias);
+  for (const nn::ConvSubsampling::Stage& stage : host.stages) {
+    s.stages.push_back({up.vector(stage.depthwise_weight), up.vector(stage.depthwise_bias),
+                        nn::upload(up, stage.pointwise)});
+  }
+  s.linear = nn::upload(up, host.linear);
+  s.kernel = static_cast<int>(host.conv_weight.shape[2]);
+  s.stride = host.stride;
+  s.padding = host.padding;
+  s.output_scale = host.output_scale;
+  return s;
+}
+
+Block block(const gpu::Uploader& up, const nn::ConformerBlock& host) {
+  Block b;
+  b.norm_ff1 = nn::upload(up, host.norm_ff1);
+  b.ff1_fc1 = nn::upload(up, host.ff1.fc1);
+  b.ff1_fc2 = halved(up, host.ff1.fc2);
+  b.norm_attention = nn::upload(up, host.norm_attention);
+  b.qkv = stacked_qkv(up, host.attention);
+  b.positions = nn::upload(up, host.attention.pos_proj);
+  b.bias_u = up.vector(host.attention.bias_u);
+  b.bias_v = up.vector(host.attention.bias_v);
+  b.out = nn::upload(up, host.attention.out_proj);
+  b.norm_conv = nn::upload(up, host.norm_conv);
+  b.pointwise1 = nn::upload(up, host.conv.pointwise1);
+  b.depthwise_weight = up.vector(host.conv.depthwise_weight);
+  b.depthwise_bias = up.vector(host.conv.depthwise_bias);
+  b.pointwise2 = nn::upload(up, host.conv.pointwise2);
+  b.norm_ff2 = nn::upload(up, host.norm_ff2);
+  b.ff2_fc1 = nn::upload(up, host.ff2.fc1);
+  b.ff2_fc2 = halved(up, host.ff2.fc2);
+  b.norm_out = nn::upload(up, host.norm_out);
+  return b;
+}
+
+Transducer transducer(const gpu::Uploader& up, const TransducerWeights& host) {
+  Transducer t;
+  t.embedding = up.table(host.prediction.embedding, 0);
+  for (const nn::LstmLayer& layer : host.prediction.layers) {
+    t.lstm.push_back({up.linear(layer.weight_ih, layer.bias_ih ? &*layer.bias_ih : nullptr),
+                      up.linear(layer.weight_hh, layer.bias_hh ? &*layer.bias_hh : nullptr)});
+  }
+  t.encoder_projector = nn::upload(up, host.joint.encoder_projector);
+  t.decoder_projector = nn::upload(up, host.joint.decoder_projector);
+  t.head = nn::upload(up, host.joint.head);
+  return t;
+}
+
+}  // namespace
+
+gpu::Element element_for(const parakeet::Weights& host) {
+  const EncoderWeights& encoder = host.encoder;
+  return gpu::activation_element(encoder.blocks.empty() ? encoder.subsampling.linear.weight.type
+                                                        : encoder.blocks[0].ff1.fc1.weight.type);
+}
+
+Weights upload_weights(const parakeet::Weights& host, gpu::Element element) {
+  const gpu::Uploader up(element);
+  Weights w;
+  w.element = element;
+  w.subsampling = subsampling(up, host.encoder.subsampling);
+  for (const nn::ConformerBlock& host_block : host.encoder.blocks) {
+    w.blocks.push_back(block(up, host_block));
+  }
+  if (host.ctc_head) w.ctc_head = nn::upload(up, *host.ctc_head);
+  if (host.transducer) w.transducer = transducer(up, *host.transducer);
+  w.attention_scale = host.encoder.blocks.empty() ? 1.0f : host.encoder.blocks[0].attention.scale;
+  return w;
+}
+
+}  // namespace hark::parakeet::cuda

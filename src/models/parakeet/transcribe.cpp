@@ -1,0 +1,121 @@
+#include "models/parakeet/transcribe.h"
+#include <algorithm>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "base/error.h"
+
+namespace hark::parakeet {
+
+namespace {
+
+// The marks NeMo (and transformers' ParakeetProcessor) attach to the preceding TDT token.
+bool is_punctuation(const std::string& text) {
+  static constexpr std::string_view kMarks[] = {"?", "'", "\u00a1", "\u00bf", "-", ":",
+                                                ",", "%", "/",      ".",      "!"};
+  for (std::string_view mark : kMarks) {
+    if (text == mark) return true;
+  }
+  return false;
+}
+
+void check_piece(const Model& model, const Piece& piece) {
+  if (piece.samples.empty()) fail("Parakeet transcribe: the audio is empty (0 samples)");
+  if (static_cast<int64_t>(piece.samples.size()) > model.max_samples()) {
+    fail("Parakeet transcribe: a piece of ", piece.samples.size(), " samples (",
+         static_cast<double>(piece.samples.size()) / model.config().sample_rate,
+         " s) is longer than the ", model.max_samples(),
+         " the model takes at once; split it first");
+  }
+}
+
+}  // namespace
+
+Segment make_segment(const Model& model, std::span<const Emission> emissions, const Piece& piece) {
+  const Config& config = model.config();
+  const Detokenizer& detokenizer = model.detokenizer();
+  const double frame_seconds = model.frame_seconds();
+  Segment segment;
+  segment.start = piece.offset;
+  segment.end = piece.offset + static_cast<double>(piece.samples.size()) / config.sample_rate;
+  for (const Emission& emission : emissions) segment.tokens.push_back(emission.token);
+  const std::string text = detokenizer.decode(segment.tokens);
+  if (!text.empty()) segment.text = " " + text;
+
+  // Times within the piece first (the punctuation rule copies them), the offset last.
+  TextStream stream(detokenizer);
+  std::optional<size_t> previous;  // the last token with text, in token_times
+  for (const Emission& emission : emissions) {
+    TimedText timed;
+    const int span = config.head == Head::tdt ? emission.duration : 1;
+    // Frames to seconds as transformers does: frame × seconds per frame.
+    timed.start = emission.frame * frame_seconds;
+    timed.end = (emission.frame + span) * frame_seconds;
+    if (std::optional<std::string> added = stream.step(emission.token)) {
+      timed.text = std::move(*added);
+      if (config.head == Head::tdt && previous && is_punctuation(timed.text)) {
+        timed.start = timed.end = segment.token_times[*previous].end;
+      }
+      previous = segment.token_times.size();
+    }
+    segment.token_times.push_back(std::move(timed));
+  }
+
+  for (const TimedText& token : segment.token_times) {
+    if (token.text.empty()) continue;
+    const bool new_word = token.text.front() == ' ';
+    if (segment.words.empty() || new_word) segment.words.push_back({token.start, token.end, ""});
+    TimedText& word = segment.words.back();
+    word.text += word.text.empty() && new_word ? token.text.substr(1) : token.text;
+    word.end = token.end;
+  }
+  std::erase_if(segment.words, [](const TimedText& word) { return word.text.empty(); });
+
+  // The last encoder frame covers audio past the piece's end (frames are rounded up), and a
+  // token there may claim a few frames more: no time runs past the piece, or joined pieces
+  // would overlap.
+  const double piece_seconds = segment.end - segment.start;
+  for (std::vector<TimedText>* timed : {&segment.token_times, &segment.words}) {
+    for (TimedText& entry : *timed) {
+      entry.start = std::min(entry.start, piece_seconds) + piece.offset;
+      entry.end = std::min(entry.end, piece_seconds) + piece.offset;
+    }
+  }
+  return segment;
+}
+
+std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece> pieces) {
+  std::vector<std::span<const float>> batch;
+  std::vector<size_t> batched;  // the pieces in the batch
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    check_piece(model, pieces[i]);
+    if (static_cast<int64_t>(pieces[i].samples.size()) >= model.min_samples()) {
+      batch.push_back(pieces[i].samples);
+      batched.push_back(i);
+    }
+  }
+  std::vector<std::vector<Emission>> decoded(pieces.size());
+  if (!batch.empty()) {
+    std::vector<std::vector<Emission>> emissions = model.decode(*model.encode(batch));
+    for (size_t j = 0; j < batched.size(); ++j) decoded[batched[j]] = std::move(emissions[j]);
+  }
+  std::vector<Segment> segments;
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    segments.push_back(make_segment(model, decoded[i], pieces[i]));
+  }
+  return segments;
+}
+
+Transcript transcribe(const Model& model, std::span<const float> samples) {
+  const Piece piece{samples, 0.0};
+  Transcript transcript;
+  transcript.duration = static_cast<double>(samples.size()) / model.config().sample_rate;
+  for (Segment& segment : transcribe_pieces(model, std::span<const Piece>(&piece, 1))) {
+    if (!segment.text.empty()) transcript.segments.push_back(std::move(segment));
+  }
+  return transcript;
+}
+
+}  // namespace hark::parakeet

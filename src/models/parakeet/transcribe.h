@@ -1,0 +1,45 @@
+// Parakeet transcription: pieces of audio encoded and decoded as one batch, their tokens turned
+// into text with token and word timestamps (docs/parakeet.md §6, and transformers'
+// ParakeetProcessor.decode(..., durations=...) for the token times).
+//
+// Token times: start = frame × frame_seconds; end = start + duration frames for TDT (a token of
+// duration 0 has start = end), start + 1 frame for RNN-T and CTC. A TDT token whose text is one
+// punctuation mark (? ' ¡ ¿ - : , % / . !) gets start = end = the previous token's end.
+// Times past the end of the piece (its last encoder frame covers a little more than the audio)
+// are clamped to that end, where transformers' would run on. Words
+// start at each token whose text starts with a space (and at the first) and run from the start
+// of their first token to the end of their last.
+#pragma once
+
+#include <span>
+#include <vector>
+
+#include "models/parakeet/model.h"
+#include "pipeline/transcript.h"
+
+namespace hark::parakeet {
+
+// A piece of 16-kHz mono audio and where it sits in the recording.
+struct Piece {
+  std::span<const float> samples;
+  double offset = 0;  // seconds from the start of the recording to the piece's first sample
+};
+
+// One segment per piece, in order: start and end are the piece's bounds; text, tokens (the
+// emitted ones, specials included), token_times (one per token; a token that adds no text, a
+// special one, has empty text) and words as above, all times offset by the piece's offset. Text
+// starts with a space unless empty, as Whisper's segments do, so that segments join into
+// Transcript::text(). A piece shorter than model.min_samples() holds no speech: its segment has
+// no text. All the other pieces are encoded and decoded as one batch. Throws hark::Error on an
+// empty piece or one longer than model.max_samples().
+std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece> pieces);
+
+// The segment of one decoded piece (what transcribe_pieces does after decoding).
+Segment make_segment(const Model& model, std::span<const Emission> emissions, const Piece& piece);
+
+// A recording of at most model.max_samples() samples as one piece; the transcript keeps its
+// segment only when it has text. Language is left empty (Parakeet does not report one). Throws
+// hark::Error on empty audio, as Whisper's transcribe does.
+Transcript transcribe(const Model& model, std::span<const float> samples);
+
+}  // namespace hark::parakeet

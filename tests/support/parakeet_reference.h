@@ -1,0 +1,113 @@
+// The transformers references of the tiny Parakeet checkpoints (tests/data/parakeet, made by
+// tools/oracle/parakeet.py) and what the parity tests of every device do with them: load a
+// checkpoint's reference tensors and notes, convert the checkpoint to GGUF and load it, read the
+// test recordings, and compare greedy emissions.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "audio/audio.h"
+#include "format/gguf.h"
+#include "format/safetensors.h"
+#include "models/parakeet/convert.h"
+#include "models/parakeet/model.h"
+#include "support/tensor_values.h"
+#include "support/tiny_whisper.h"  // TempDir
+
+namespace hark::testing {
+
+// The recordings every reference holds outputs for, in the order of its batch.
+constexpr const char* kParakeetClips[] = {"jfk", "beckett", "librivox-0870"};
+
+struct ParakeetReference {
+  std::filesystem::path dir;
+  std::shared_ptr<const safetensors::File> tensors;
+  nlohmann::json info;
+
+  std::vector<float> values(const std::string& name) const { return values_of(*tensors, name); }
+  std::vector<int32_t> ints(const std::string& name) const {
+    const safetensors::TensorView& view = tensors->tensor(name);
+    EXPECT_EQ(view.type, safetensors::ElementType::I32) << name;
+    std::vector<int32_t> values(static_cast<size_t>(view.elements()));
+    std::memcpy(values.data(), view.data, values.size() * sizeof(int32_t));
+    return values;
+  }
+};
+
+// `model`: tiny-random-ctc, tiny-random-rnnt or tiny-random-tdt.
+inline ParakeetReference load_parakeet_reference(const std::string& model) {
+  ParakeetReference r;
+  r.dir = std::filesystem::path(HARK_TEST_DATA) / "parakeet" / model;
+  r.tensors = safetensors::File::open((r.dir / "reference.safetensors").string());
+  std::ifstream stream(r.dir / "reference.json");
+  r.info = nlohmann::json::parse(stream);
+  return r;
+}
+
+// The reference's checkpoint converted to GGUF (weight matrices as `type`) in `temp`, loaded.
+inline std::unique_ptr<parakeet::Model> convert_and_load_parakeet(
+    const ParakeetReference& reference, DType type, const TempDir& temp,
+    parakeet::Device device = parakeet::Device::cpu) {
+  const std::string path = (temp / ("model-" + std::string(dtype_name(type)) + ".gguf")).string();
+  parakeet::convert_checkpoint(reference.dir.string(), path, type);
+  return parakeet::Model::load(gguf::File::open(path), device);
+}
+
+inline std::vector<float> load_parakeet_clip(const std::string& clip) {
+  return audio::load(std::string(HARK_TEST_DATA) + "/audio/" + clip + ".wav");
+}
+
+// What transformers emitted for a clip alone: tokens, frames and durations (TDT: the predicted
+// duration; RNN-T: the frames advanced after the token, recorded in reference.json).
+inline std::vector<parakeet::Emission> expected_emissions(const ParakeetReference& reference,
+                                                          const std::string& clip,
+                                                          parakeet::Head head) {
+  const std::vector<int32_t> tokens = reference.ints("tokens." + clip);
+  const std::vector<int32_t> frames = reference.ints("frames." + clip);
+  std::vector<int32_t> durations(tokens.size(), 1);
+  if (head == parakeet::Head::tdt) durations = reference.ints("durations." + clip);
+  if (head == parakeet::Head::rnnt) {
+    durations = reference.info.at("decode").at(clip).at("durations").get<std::vector<int32_t>>();
+  }
+  EXPECT_EQ(frames.size(), tokens.size());
+  EXPECT_EQ(durations.size(), tokens.size());
+  std::vector<parakeet::Emission> emissions;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    emissions.push_back({tokens[i], frames[i], durations[i]});
+  }
+  return emissions;
+}
+
+inline void expect_same_emissions(const std::vector<parakeet::Emission>& actual,
+                                  const std::vector<parakeet::Emission>& expected) {
+  ASSERT_EQ(actual.size(), expected.size());
+  for (size_t i = 0; i < actual.size(); ++i) {
+    EXPECT_EQ(actual[i].token, expected[i].token) << "token " << i;
+    EXPECT_EQ(actual[i].frame, expected[i].frame) << "token " << i;
+    EXPECT_EQ(actual[i].duration, expected[i].duration) << "token " << i;
+  }
+}
+
+// How many emissions differ from the expected ones (in token, frame or duration, or by being
+// there in only one of the lists).
+inline size_t count_different_emissions(const std::vector<parakeet::Emission>& actual,
+                                        const std::vector<parakeet::Emission>& expected) {
+  size_t different = actual.size() > expected.size() ? actual.size() - expected.size()
+                                                     : expected.size() - actual.size();
+  for (size_t i = 0; i < std::min(actual.size(), expected.size()); ++i) {
+    different += actual[i].token != expected[i].token || actual[i].frame != expected[i].frame ||
+                 actual[i].duration != expected[i].duration;
+  }
+  return different;
+}
+
+}  // namespace hark::testing

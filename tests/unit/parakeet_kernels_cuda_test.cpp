@@ -1,0 +1,535 @@
+// The Conformer and transducer kernels (kernels_conformer.cu) against plain CPU references
+// computed in double from the values the GPU really holds (after rounding to the element type).
+// Shapes are odd on purpose, batches are padded with short sequences (down to one valid step) so
+// that every masking rule is exercised, and the attention covers several query and key tiles.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "compute/cuda/cuda.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/kernels_conformer.h"
+#include "support/cuda_elements.h"
+
+namespace hark::compute::cuda {
+namespace {
+
+using namespace testing;  // element helpers (support/cuda_elements.h)
+
+// Half an ulp of the element type, relative: what rounding one result to it may cost.
+double rounding(Element e) {
+  return e == Element::f32 ? 6e-8 : e == Element::f16 ? 4.9e-4 : 3.9e-3;
+}
+
+// What one stored result may be off by: its rounding, plus F32 arithmetic in F32's case.
+double tolerance(Element e) {
+  return e == Element::f32 ? 1e-5 : 2 * rounding(e);
+}
+
+std::vector<float> random_values(size_t n, uint32_t seed, float mean = 0.0f, float stddev = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(mean, stddev);
+  std::vector<float> values(n);
+  for (float& value : values) value = normal(rng);
+  return values;
+}
+
+// Values uploaded as element type e, and the floats the device holds.
+struct DeviceValues {
+  Buffer buffer;
+  std::vector<float> values;
+  void* data() const { return buffer.data(); }
+};
+
+DeviceValues upload_values(Element e, const std::vector<float>& values) {
+  const std::vector<uint8_t> bytes = encode(e, values);
+  DeviceValues device{Buffer(bytes.size() + 16), decode(e, bytes)};
+  upload(bytes.data(), bytes.size(), device.data());
+  return device;
+}
+
+Buffer upload_ints(const std::vector<int32_t>& values) {
+  return upload_vector(values);
+}
+
+// Waits for the device, then reads `count` values of element type e back as floats.
+std::vector<float> download_values(Element e, const void* device, size_t count) {
+  check(cudaDeviceSynchronize(), "synchronize");
+  std::vector<uint8_t> bytes(count * element_size(e));
+  download(device, bytes.size(), bytes.data());
+  return decode(e, bytes);
+}
+
+std::vector<int32_t> download_ints(const void* device, size_t count) {
+  check(cudaDeviceSynchronize(), "synchronize");
+  std::vector<int32_t> values(count);
+  download(device, count * sizeof(int32_t), values.data());
+  return values;
+}
+
+// Every got[i] within tol · (1 + |want[i]|) of want[i]; reports the first few that are not.
+void expect_close(const std::vector<float>& got, const std::vector<double>& want, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  int failures = 0;
+  for (size_t i = 0; i < got.size() && failures < 10; ++i) {
+    const double error = std::abs(got[i] - want[i]);
+    if (!(error <= tol * (1.0 + std::abs(want[i])))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", want " << want[i];
+      ++failures;
+    }
+  }
+}
+
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+
+int64_t conv_output(int64_t size, int kernel, int stride, int padding) {
+  return (size + 2 * padding - kernel) / stride + 1;
+}
+
+// ---- Subsampling ------------------------------------------------------------------------------
+
+TEST(ParakeetKernelsCuda, Conv2dOneChannelMasksRowsPastEachHeight) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int batch = 3, kernel = 3, stride = 2, padding = 1;
+  const int64_t height = 9, width = 11, channels = 5;
+  const std::vector<int32_t> heights = {9, 4, 1};
+  const int64_t out_h = conv_output(height, kernel, stride, padding);
+  const int64_t out_w = conv_output(width, kernel, stride, padding);
+  const Buffer heights_dev = upload_ints(heights);
+  for (Element e : kElements) {
+    for (bool relu : {false, true}) {
+      const DeviceValues x = upload_values(e, random_values(batch * height * width, 1));
+      const DeviceValues w = upload_values(e, random_values(channels * kernel * kernel, 2));
+      const DeviceValues bias = upload_values(e, random_values(channels, 3));
+      const DeviceValues y = upload_values(e, std::vector<float>(batch * out_h * out_w * channels));
+      conv2d_one_channel(e, x.data(), batch, height, width, heights_dev.as<int32_t>(), w.data(),
+                         bias.data(), channels, kernel, stride, padding, relu, y.data(), nullptr);
+      std::vector<double> want;
+      for (int b = 0; b < batch; ++b) {
+        for (int64_t t = 0; t < out_h; ++t) {
+          for (int64_t f = 0; f < out_w; ++f) {
+            for (int64_t c = 0; c < channels; ++c) {
+              double sum = bias.values[c];
+              for (int i = 0; i < kernel; ++i) {
+                for (int j = 0; j < kernel; ++j) {
+                  const int64_t row = t * stride - padding + i, col = f * stride - padding + j;
+                  if (row < 0 || row >= heights[b] || col < 0 || col >= width) continue;
+                  sum += double(w.values[(c * kernel + i) * kernel + j]) *
+                         x.values[(b * height + row) * width + col];
+                }
+              }
+              want.push_back(relu ? std::max(sum, 0.0) : sum);
+            }
+          }
+        }
+      }
+      expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
+                   std::string("conv2d_one_channel ") + element_name(e));
+    }
+  }
+}
+
+TEST(ParakeetKernelsCuda, DepthwiseConv2dMasksRowsPastEachHeight) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int batch = 2, kernel = 3, stride = 2, padding = 1;
+  const int64_t height = 7, width = 6, channels = 5;
+  const std::vector<int32_t> heights = {7, 3};
+  const int64_t out_h = conv_output(height, kernel, stride, padding);
+  const int64_t out_w = conv_output(width, kernel, stride, padding);
+  const Buffer heights_dev = upload_ints(heights);
+  for (Element e : kElements) {
+    const DeviceValues x = upload_values(e, random_values(batch * height * width * channels, 4));
+    const DeviceValues w = upload_values(e, random_values(channels * kernel * kernel, 5));
+    const DeviceValues bias = upload_values(e, random_values(channels, 6));
+    const DeviceValues y = upload_values(e, std::vector<float>(batch * out_h * out_w * channels));
+    depthwise_conv2d(e, x.data(), batch, height, width, channels, heights_dev.as<int32_t>(),
+                     w.data(), bias.data(), kernel, stride, padding, y.data(), nullptr);
+    std::vector<double> want;
+    for (int b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < out_h; ++t) {
+        for (int64_t f = 0; f < out_w; ++f) {
+          for (int64_t c = 0; c < channels; ++c) {
+            double sum = bias.values[c];
+            for (int i = 0; i < kernel; ++i) {
+              for (int j = 0; j < kernel; ++j) {
+                const int64_t row = t * stride - padding + i, col = f * stride - padding + j;
+                if (row < 0 || row >= heights[b] || col < 0 || col >= width) continue;
+                sum += double(w.values[(c * kernel + i) * kernel + j]) *
+                       x.values[((b * height + row) * width + col) * channels + c];
+              }
+            }
+            want.push_back(sum);
+          }
+        }
+      }
+    }
+    expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
+                 std::string("depthwise_conv2d ") + element_name(e));
+  }
+}
+
+TEST(ParakeetKernelsCuda, SwapLastAxes) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t count = 3, rows = 5, cols = 7;
+  for (Element e : kElements) {
+    const DeviceValues x = upload_values(e, random_values(count * rows * cols, 7));
+    const DeviceValues y = upload_values(e, std::vector<float>(count * rows * cols));
+    swap_last_axes(e, x.data(), count, rows, cols, y.data(), nullptr);
+    std::vector<double> want;
+    for (int64_t a = 0; a < count; ++a) {
+      for (int64_t j = 0; j < cols; ++j) {
+        for (int64_t i = 0; i < rows; ++i) want.push_back(x.values[(a * rows + i) * cols + j]);
+      }
+    }
+    expect_close(download_values(e, y.data(), want.size()), want, 0.0,
+                 std::string("swap_last_axes ") + element_name(e));
+  }
+}
+
+// ---- Elementwise ------------------------------------------------------------------------------
+
+TEST(ParakeetKernelsCuda, ReluSiluScaleGlu) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t n = 1001, rows = 7, channels = 13;
+  for (Element e : kElements) {
+    const std::string name = element_name(e);
+    const std::vector<float> values = random_values(n, 8, 0.0f, 3.0f);
+    DeviceValues x = upload_values(e, values);
+    relu(e, x.data(), n, nullptr);
+    std::vector<double> want;
+    for (float v : x.values) want.push_back(std::max(double(v), 0.0));
+    expect_close(download_values(e, x.data(), n), want, tolerance(e), "relu " + name);
+
+    x = upload_values(e, values);
+    silu(e, x.data(), n, nullptr);
+    want.clear();
+    for (float v : x.values) want.push_back(v * sigmoid(v));
+    expect_close(download_values(e, x.data(), n), want, tolerance(e), "silu " + name);
+
+    x = upload_values(e, values);
+    scale(e, x.data(), n, 0.375f, nullptr);
+    want.clear();
+    for (float v : x.values) want.push_back(v * 0.375);
+    expect_close(download_values(e, x.data(), n), want, tolerance(e), "scale " + name);
+
+    const DeviceValues wide = upload_values(e, random_values(rows * 2 * channels, 9));
+    const DeviceValues gated = upload_values(e, std::vector<float>(rows * channels));
+    glu(e, wide.data(), rows, channels, gated.data(), nullptr);
+    want.clear();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < channels; ++c) {
+        const float* row = wide.values.data() + r * 2 * channels;
+        want.push_back(row[c] * sigmoid(row[channels + c]));
+      }
+    }
+    expect_close(download_values(e, gated.data(), want.size()), want, tolerance(e), "glu " + name);
+  }
+}
+
+// ---- Depthwise 1-D convolution ----------------------------------------------------------------
+
+TEST(ParakeetKernelsCuda, DepthwiseConv1dTreatsStepsPastTheLengthAsZeros) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int batch = 3, kernel = 9;
+  const int64_t steps = 10, channels = 13;
+  // A full sequence, one shorter than the kernel, one of a single step.
+  const std::vector<int32_t> lengths = {10, 4, 1};
+  const Buffer lengths_dev = upload_ints(lengths);
+  for (Element e : kElements) {
+    for (bool with_silu : {false, true}) {
+      const DeviceValues x = upload_values(e, random_values(batch * steps * channels, 10));
+      const DeviceValues w = upload_values(e, random_values(channels * kernel, 11));
+      const DeviceValues bias = upload_values(e, random_values(channels, 12));
+      const DeviceValues y = upload_values(e, std::vector<float>(batch * steps * channels));
+      depthwise_conv1d(e, x.data(), batch, steps, channels, lengths_dev.as<int32_t>(), w.data(),
+                       bias.data(), kernel, with_silu, y.data(), nullptr);
+      std::vector<double> want;
+      for (int b = 0; b < batch; ++b) {
+        for (int64_t t = 0; t < steps; ++t) {
+          for (int64_t c = 0; c < channels; ++c) {
+            double sum = bias.values[c];
+            for (int j = 0; j < kernel; ++j) {
+              const int64_t source = t + j - (kernel - 1) / 2;
+              if (source < 0 || source >= lengths[b]) continue;
+              sum +=
+                  double(w.values[c * kernel + j]) * x.values[(b * steps + source) * channels + c];
+            }
+            want.push_back(with_silu ? sum * sigmoid(sum) : sum);
+          }
+        }
+      }
+      expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
+                   std::string("depthwise_conv1d ") + element_name(e));
+    }
+  }
+}
+
+// ---- Relative-position attention --------------------------------------------------------------
+
+struct AttentionCase {
+  int64_t steps;
+  int heads, head_dim;
+  std::vector<int32_t> lengths;
+};
+
+// docs/parakeet.md 4.3 in double: q, k, v interleaved in rows of 3·width (a fused projection),
+// p [2·steps − 1, width] with row steps − 1 − r for position r.
+std::vector<double> rel_attention_reference(const AttentionCase& c, const std::vector<float>& qkv,
+                                            const std::vector<float>& p,
+                                            const std::vector<float>& bias_u,
+                                            const std::vector<float>& bias_v, float scale) {
+  const int64_t width = int64_t{c.heads} * c.head_dim, batch = c.lengths.size();
+  std::vector<double> out(batch * c.steps * width, 0.0);
+  for (int64_t b = 0; b < batch; ++b) {
+    const int64_t length = c.lengths[b];
+    for (int h = 0; h < c.heads; ++h) {
+      for (int64_t i = 0; i < length; ++i) {
+        const float* q = qkv.data() + (b * c.steps + i) * 3 * width + h * c.head_dim;
+        std::vector<double> scores(length);
+        double top = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < length; ++j) {
+          const float* k = qkv.data() + (b * c.steps + j) * 3 * width + width + h * c.head_dim;
+          const float* position = p.data() + (c.steps - 1 - i + j) * width + h * c.head_dim;
+          double content = 0, relative = 0;
+          for (int d = 0; d < c.head_dim; ++d) {
+            content += (double(q[d]) + bias_u[h * c.head_dim + d]) * k[d];
+            relative += (double(q[d]) + bias_v[h * c.head_dim + d]) * position[d];
+          }
+          scores[j] = scale * (content + relative);
+          top = std::max(top, scores[j]);
+        }
+        double sum = 0;
+        for (double& score : scores) sum += (score = std::exp(score - top));
+        for (int64_t j = 0; j < length; ++j) {
+          const float* v = qkv.data() + (b * c.steps + j) * 3 * width + 2 * width + h * c.head_dim;
+          for (int d = 0; d < c.head_dim; ++d) {
+            out[(b * c.steps + i) * width + h * c.head_dim + d] += scores[j] / sum * v[d];
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+void check_rel_attention(const AttentionCase& c) {
+  const int64_t width = int64_t{c.heads} * c.head_dim;
+  const int batch = static_cast<int>(c.lengths.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const Buffer lengths = upload_ints(c.lengths);
+  for (Element e : kElements) {
+    const std::string what = std::string("rel_pos_attention ") + element_name(e) + " steps " +
+                             std::to_string(c.steps) + " head_dim " + std::to_string(c.head_dim);
+    const DeviceValues qkv = upload_values(e, random_values(batch * c.steps * 3 * width, 13));
+    const DeviceValues p = upload_values(e, random_values((2 * c.steps - 1) * width, 14));
+    const DeviceValues u = upload_values(e, random_values(width, 15, 0.0f, 0.3f));
+    const DeviceValues v = upload_values(e, random_values(width, 16, 0.0f, 0.3f));
+    // Filled with NaN, so that a row the kernel leaves unwritten shows.
+    const DeviceValues out = upload_values(
+        e, std::vector<float>(batch * c.steps * width, std::numeric_limits<float>::quiet_NaN()));
+    const auto* base = static_cast<uint8_t*>(qkv.data());
+    const size_t column = element_size(e);
+    rel_pos_attention(e, base, base + width * column, base + 2 * width * column, 3 * width,
+                      p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch, c.steps,
+                      c.heads, c.head_dim, scale, out.data(), width, nullptr);
+    const std::vector<double> want =
+        rel_attention_reference(c, qkv.values, p.values, u.values, v.values, scale);
+    // Outputs are weighted means of values of about 1: an absolute bound, from the rounding of
+    // the F32 scores (exp amplifies an error in a score by the score's size) and of the output.
+    const double tol = e == Element::f32 ? 2e-5 : 4 * rounding(e);
+    expect_close(download_values(e, out.data(), want.size()), want, tol, what);
+  }
+}
+
+TEST(ParakeetKernelsCuda, RelPosAttentionOddHeadSizeSeveralTiles) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  // 37 steps: two query tiles and two key tiles, the second of each nearly empty; a sequence
+  // that ends inside the first tile and one of a single step.
+  check_rel_attention({37, 3, 20, {37, 33, 1}});
+}
+
+TEST(ParakeetKernelsCuda, RelPosAttentionHeadDim128) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  check_rel_attention({70, 2, 128, {70, 64, 31}});
+}
+
+TEST(ParakeetKernelsCuda, RelPosAttentionTinyHeads) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  check_rel_attention({5, 4, 1, {5, 2}});
+}
+
+// ---- Heads ------------------------------------------------------------------------------------
+
+TEST(ParakeetKernelsCuda, FinishLogitsAddsTheBiasAndPicksTheFirstMaximum) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t rows = 5, cols = 300, split = 295;
+  std::vector<float> logits = random_values(rows * cols, 17);
+  // Row 1: a tie in the tokens (lowest index wins) and one in the durations; row 2: the token
+  // maximum in the last token column, the duration maximum in the first duration column.
+  logits[1 * cols + 40] = logits[1 * cols + 7] = 100.0f;
+  logits[1 * cols + 298] = logits[1 * cols + 296] = 100.0f;
+  logits[2 * cols + split - 1] = 100.0f;
+  logits[2 * cols + split] = 100.0f;
+  for (Element e : kElements) {
+    for (bool with_bias : {false, true}) {
+      std::vector<float> bias_values(cols, 0.0f);
+      if (with_bias) bias_values = random_values(cols, 18, 0.0f, 0.1f);
+      const DeviceValues bias = upload_values(e, bias_values);
+      const DeviceValues device_logits = upload_values(Element::f32, logits);
+      const Buffer first(sizeof(int32_t) * rows), second(sizeof(int32_t) * rows);
+      finish_logits(e, static_cast<float*>(device_logits.data()), with_bias ? bias.data() : nullptr,
+                    rows, cols, split, first.as<int32_t>(), second.as<int32_t>(), nullptr);
+      std::vector<double> want_logits;
+      std::vector<int32_t> want_first, want_second;
+      for (int64_t r = 0; r < rows; ++r) {
+        std::vector<float> row(cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          row[c] = logits[r * cols + c] + (with_bias ? bias.values[c] : 0.0f);
+          want_logits.push_back(row[c]);
+        }
+        want_first.push_back(
+            static_cast<int32_t>(std::max_element(row.begin(), row.begin() + split) - row.begin()));
+        want_second.push_back(static_cast<int32_t>(
+            std::max_element(row.begin() + split, row.end()) - (row.begin() + split)));
+      }
+      const std::string what = std::string("finish_logits ") + element_name(e);
+      expect_close(download_values(Element::f32, device_logits.data(), want_logits.size()),
+                   want_logits, 0.0, what);
+      EXPECT_EQ(download_ints(first.data(), rows), want_first) << what;
+      EXPECT_EQ(download_ints(second.data(), rows), want_second) << what;
+      if (!with_bias) {
+        EXPECT_EQ(want_first[1], 7);
+        EXPECT_EQ(want_second[1], 1);
+        EXPECT_EQ(want_first[2], split - 1);
+        EXPECT_EQ(want_second[2], 0);
+      }
+    }
+  }
+}
+
+TEST(ParakeetKernelsCuda, FinishLogitsWithoutDurations) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t rows = 3, cols = 1000;
+  const std::vector<float> logits = random_values(rows * cols, 19);
+  const DeviceValues device_logits = upload_values(Element::f32, logits);
+  const Buffer first(sizeof(int32_t) * rows);
+  finish_logits(Element::f32, static_cast<float*>(device_logits.data()), nullptr, rows, cols, cols,
+                first.as<int32_t>(), nullptr, nullptr);
+  std::vector<int32_t> want;
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto row = logits.begin() + r * cols;
+    want.push_back(static_cast<int32_t>(std::max_element(row, row + cols) - row));
+  }
+  EXPECT_EQ(download_ints(first.data(), rows), want);
+}
+
+TEST(ParakeetKernelsCuda, EmbeddingLstmCellAndCopyLeaveRowsWithoutAnIdAlone) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t vocab = 10, hidden = 13, batch = 4;
+  const std::vector<int32_t> ids = {3, -1, 9, 0};
+  const Buffer ids_dev = upload_ints(ids);
+  for (Element e : kElements) {
+    const std::string name = element_name(e);
+    // embedding
+    const DeviceValues table = upload_values(e, random_values(vocab * hidden, 20));
+    const std::vector<float> before = random_values(batch * hidden, 21);
+    const DeviceValues embedded = upload_values(e, before);
+    embedding(e, table.data(), ids_dev.as<int32_t>(), batch, hidden, embedded.data(), nullptr);
+    std::vector<double> want;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < hidden; ++j) {
+        want.push_back(ids[b] >= 0 ? table.values[ids[b] * hidden + j]
+                                   : embedded.values[b * hidden + j]);
+      }
+    }
+    expect_close(download_values(e, embedded.data(), want.size()), want, 0.0, "embedding " + name);
+
+    // lstm_cell: c in F32, h and the gates in e.
+    const DeviceValues gates = upload_values(e, random_values(batch * 4 * hidden, 22, 0.0f, 2.0f));
+    const DeviceValues c = upload_values(Element::f32, random_values(batch * hidden, 23));
+    const DeviceValues h = upload_values(e, random_values(batch * hidden, 24));
+    lstm_cell(e, gates.data(), ids_dev.as<int32_t>(), batch, hidden, static_cast<float*>(c.data()),
+              h.data(), nullptr);
+    std::vector<double> want_c, want_h;
+    for (int64_t b = 0; b < batch; ++b) {
+      const float* g = gates.values.data() + b * 4 * hidden;
+      for (int64_t j = 0; j < hidden; ++j) {
+        if (ids[b] < 0) {
+          want_c.push_back(c.values[b * hidden + j]);
+          want_h.push_back(h.values[b * hidden + j]);
+          continue;
+        }
+        const double cell = sigmoid(g[hidden + j]) * c.values[b * hidden + j] +
+                            sigmoid(g[j]) * std::tanh(double(g[2 * hidden + j]));
+        want_c.push_back(cell);
+        want_h.push_back(sigmoid(g[3 * hidden + j]) * std::tanh(cell));
+      }
+    }
+    expect_close(download_values(Element::f32, c.data(), want_c.size()), want_c, 1e-5,
+                 "lstm_cell c " + name);
+    expect_close(download_values(e, h.data(), want_h.size()), want_h, tolerance(e),
+                 "lstm_cell h " + name);
+
+    // copy_rows_where
+    const DeviceValues source = upload_values(e, random_values(batch * hidden, 25));
+    const DeviceValues target = upload_values(e, random_values(batch * hidden, 26));
+    copy_rows_where(e, source.data(), ids_dev.as<int32_t>(), batch, hidden, target.data(), nullptr);
+    want.clear();
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t j = 0; j < hidden; ++j) {
+        want.push_back(ids[b] >= 0 ? source.values[b * hidden + j] : target.values[b * hidden + j]);
+      }
+    }
+    expect_close(download_values(e, target.data(), want.size()), want, 0.0,
+                 "copy_rows_where " + name);
+  }
+}
+
+TEST(ParakeetKernelsCuda, JointHiddenGathersAddsAndRectifies) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t cols = 11, n = 4;
+  // Encoder rows 5, 0, 2, 2 with prediction rows 1, 0, 2, 1.
+  const std::vector<int32_t> rows = {5, 0, 2, 2, 1, 0, 2, 1};
+  const Buffer rows_dev = upload_ints(rows);
+  for (Element e : kElements) {
+    const DeviceValues encoder = upload_values(e, random_values(6 * cols, 27));
+    const DeviceValues prediction = upload_values(e, random_values(3 * cols, 28));
+    const DeviceValues y = upload_values(e, std::vector<float>(n * cols));
+    joint_hidden(e, encoder.data(), prediction.data(), rows_dev.as<int32_t>(), n, cols, y.data(),
+                 nullptr);
+    std::vector<double> want;
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const double sum =
+            double(encoder.values[rows[i] * cols + c]) + prediction.values[rows[n + i] * cols + c];
+        want.push_back(std::max(sum, 0.0));
+      }
+    }
+    expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
+                 std::string("joint_hidden ") + element_name(e));
+  }
+}
+
+}  // namespace
+}  // namespace hark::compute::cuda
