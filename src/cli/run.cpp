@@ -66,9 +66,10 @@ const Option run_options[] = {
     {"threads", 't', "N", "CPU threads to use (default: all cores)."},
     device_option,
     {"batch-size", 0, "N",
-     "Decode N 30-s windows of a file at once, each on its own (no\n"
-     "earlier text in the prompt), as faster-whisper's batched mode.\n"
-     "Default 1: openai's sequential decoding."},
+     "Whisper: decode N 30-s windows of a file at once, each on its\n"
+     "own (no earlier text in the prompt), as faster-whisper's batched\n"
+     "mode; default 1, openai's sequential decoding. Parakeet: encode\n"
+     "and decode N pieces of a file at once (default 4)."},
     {"max-piece", 0, "SECONDS",
      "Parakeet: cut audio longer than this at pauses into pieces\n"
      "transcribed as a batch (default 120, at most 400)."},
