@@ -277,7 +277,7 @@ int bench_parakeet(const ParsedArgs& args, const std::string& name, const std::s
   const double seconds = args.float_or("seconds", 20, 0.1, 400);
   const int repeats = args.int_or("repeats", 1, 1, 1000);
   if (args.has("threads")) compute::set_threads(args.int_or("threads", 1, 1, 1024));
-  const parakeet::Device device = parakeet_device_from_args(args);
+  const parakeet::Device device = parakeet_device(device_from_args(args));
   const std::vector<int> batches =
       args.has("batches") ? batch_list(args.value_or("batches", "")) : std::vector<int>{};
 

@@ -25,9 +25,8 @@ const char* device_name(whisper::Device device) {
   return device == whisper::Device::cuda ? "cuda" : "cpu";
 }
 
-parakeet::Device parakeet_device_from_args(const ParsedArgs& args) {
-  return device_from_args(args) == whisper::Device::cuda ? parakeet::Device::cuda
-                                                         : parakeet::Device::cpu;
+parakeet::Device parakeet_device(whisper::Device device) {
+  return device == whisper::Device::cuda ? parakeet::Device::cuda : parakeet::Device::cpu;
 }
 
 }  // namespace hark::cli

@@ -14,6 +14,6 @@ extern const Option device_option;
 whisper::Device device_from_args(const ParsedArgs& args);
 const char* device_name(whisper::Device device);
 // The same choice for a Parakeet model.
-parakeet::Device parakeet_device_from_args(const ParsedArgs& args);
+parakeet::Device parakeet_device(whisper::Device device);
 
 }  // namespace hark::cli

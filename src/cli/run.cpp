@@ -385,24 +385,39 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
   return outputs.failures() == 0 ? 0 : 1;
 }
 
+// Parakeet's own settings, read with the other options before any model is.
+struct ParakeetSettings {
+  parakeet::Device device = parakeet::Device::cpu;
+  double max_piece_seconds = 120;
+  int batch_size = 4;
+};
+
+ParakeetSettings parakeet_settings(const ParsedArgs& args, whisper::Device device) {
+  ParakeetSettings settings;
+  settings.device = parakeet_device(device);
+  settings.max_piece_seconds = args.float_or("max-piece", settings.max_piece_seconds, 1.0, 400.0);
+  settings.batch_size = args.int_or("batch-size", settings.batch_size, 1, 1024);
+  return settings;
+}
+
 // Parakeet: each file cut at pauses into pieces its encoder's full attention handles, the pieces
 // transcribed `batch_size` at a time, then re-cut into subtitle-sized segments by their words.
-int run_parakeet(const ParsedArgs& args, const std::shared_ptr<const gguf::File>& model_file,
-                 Outputs& outputs) {
+int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
+                 const std::shared_ptr<const gguf::File>& model_file, Outputs& outputs) {
   reject_options(args, whisper_only_options,
                  "is an option of Whisper models; Parakeet decodes greedily and takes no "
                  "language, task, prompt or timestamp mode");
-  const parakeet::Device device = parakeet_device_from_args(args);
+  const parakeet::Device device = settings.device;
   const std::unique_ptr<parakeet::Model> model = parakeet::Model::load(model_file, device);
   const parakeet::Config& config = model->config();
   const double longest = static_cast<double>(model->max_samples()) / config.sample_rate;
   PieceLimits limits;
-  limits.max_seconds = args.float_or("max-piece", std::min(120.0, longest), 1.0, 400.0);
+  limits.max_seconds = settings.max_piece_seconds;
   if (limits.max_seconds > longest) {
     usage_fail("--max-piece ", limits.max_seconds, " is longer than this model's longest input, ",
                longest, " s");
   }
-  const int batch_size = args.int_or("batch-size", 4, 1, 1024);
+  const int batch_size = settings.batch_size;
   log::info("device ", device == parakeet::Device::cuda ? "cuda (" + compute::cuda::describe() + ")"
                                                         : std::string("cpu"));
   log::info("model ", model_file->path(), ": Parakeet ", parakeet::head_name(config.head),
@@ -454,14 +469,14 @@ int run(const ParsedArgs& args) {
   // Every option's value is checked before the model is read: a usage error costs no load.
   const whisper::Options whisper_options = decoding_options(args);
   const whisper::Device device = device_from_args(args);
-  args.float_or("max-piece", 120.0, 1.0, 400.0);
+  const ParakeetSettings parakeet = parakeet_settings(args, device);
   const output::Format format = output_format(args);
   if (args.has("threads")) compute::set_threads(args.int_or("threads", 0, 1, 4096));
   Outputs outputs(std::move(inputs), format, args.value("output-dir"));
 
   const auto model_file = open_model_file(model_path);
   const std::string architecture = model_file->get_string_or("general.architecture", "");
-  if (architecture == "parakeet") return run_parakeet(args, model_file, outputs);
+  if (architecture == "parakeet") return run_parakeet(args, parakeet, model_file, outputs);
   return run_whisper(args, whisper_options, device, model_file, outputs);
 }
 

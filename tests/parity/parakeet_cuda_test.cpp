@@ -46,7 +46,7 @@ class ParakeetCuda : public ::testing::TestWithParam<const char*> {
     return model;
   }
 
-  std::vector<std::span<const float>> all_clips() const { return {clips_.begin(), clips_.end()}; }
+  std::vector<std::span<const float>> all_clips() const { return testing::clip_spans(clips_); }
 
   testing::TempDir temp_;
   testing::ParakeetReference reference_;
@@ -54,67 +54,16 @@ class ParakeetCuda : public ::testing::TestWithParam<const char*> {
 };
 
 // The reference tensor of the head's input: CTC logits, or a transducer's encoder projection.
-std::string head_input_tensor(Head head, const std::string& clip) {
-  return (head == Head::ctc ? "logits." : "projected.") + clip;
-}
-
 TEST_P(ParakeetCuda, F32EncoderAndHeadMatchTransformers) {
-  const auto model = load(DType::F32);
-  const Config& config = model->config();
-  for (size_t c = 0; c < clips_.size(); ++c) {
-    const std::string clip = kParakeetClips[c];
-    SCOPED_TRACE(clip);
-    const std::span<const float> alone[] = {clips_[c]};
-    const auto encoded = model->encode(alone);
-    ASSERT_EQ(encoded->size(), 1);
-    const std::vector<float> expected = reference_.values("encoder." + clip);
-    EXPECT_EQ(encoded->frames(0), static_cast<int64_t>(expected.size()) / config.d_model);
-    EXPECT_LE(relative_error(encoded->output(0), expected), 1e-4);
-    EXPECT_LE(relative_error(encoded->head_input(0),
-                             reference_.values(head_input_tensor(config.head, clip))),
-              1e-4);
-  }
+  testing::expect_encoder_and_head_match(*load(DType::F32), clips_, reference_);
 }
 
 TEST_P(ParakeetCuda, F32GreedyDecodingMatchesTransformersExactly) {
-  const auto model = load(DType::F32);
-  const Head head = model->config().head;
-  for (size_t c = 0; c < clips_.size(); ++c) {
-    const std::string clip = kParakeetClips[c];
-    SCOPED_TRACE(clip);
-    const std::span<const float> alone[] = {clips_[c]};
-    const std::vector<std::vector<Emission>> decoded = model->decode(*model->encode(alone));
-    ASSERT_EQ(decoded.size(), 1u);
-    testing::expect_same_emissions(decoded[0], testing::expected_emissions(reference_, clip, head));
-    std::vector<int32_t> tokens;
-    for (const Emission& emission : decoded[0]) tokens.push_back(emission.token);
-    EXPECT_EQ(
-        model->detokenizer().decode(tokens),
-        reference_.info.at("decode").at(clip).at("text").at("transformers").get<std::string>());
-  }
+  testing::expect_greedy_decoding_matches(*load(DType::F32), clips_, reference_);
 }
 
 TEST_P(ParakeetCuda, F32BatchOfThreeDecodesAsEachAlone) {
-  const auto model = load(DType::F32);
-  const auto encoded = model->encode(all_clips());
-  ASSERT_EQ(encoded->size(), 3);
-  const std::vector<std::vector<Emission>> decoded = model->decode(*encoded);
-  ASSERT_EQ(decoded.size(), 3u);
-  const std::vector<int32_t> encoder_frames = reference_.ints("batch.encoder_frames");
-  for (size_t c = 0; c < clips_.size(); ++c) {
-    const std::string clip = kParakeetClips[c];
-    SCOPED_TRACE(clip);
-    EXPECT_EQ(encoded->frames(int(c)), encoder_frames[c]);
-    EXPECT_LE(relative_error(encoded->output(int(c)), reference_.values("encoder." + clip)), 1e-4);
-    EXPECT_LE(relative_error(encoded->head_input(int(c)),
-                             reference_.values(head_input_tensor(model->config().head, clip))),
-              1e-4);
-    const std::span<const float> alone[] = {clips_[c]};
-    const std::vector<std::vector<Emission>> single = model->decode(*model->encode(alone));
-    testing::expect_same_emissions(decoded[c], single[0]);
-    testing::expect_same_emissions(
-        decoded[c], testing::expected_emissions(reference_, clip, model->config().head));
-  }
+  testing::expect_batch_decodes_as_each_alone(*load(DType::F32), clips_, reference_);
 }
 
 // The transcription pipeline on the GPU model: the text transformers decoded.

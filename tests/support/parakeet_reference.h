@@ -12,6 +12,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "format/safetensors.h"
 #include "models/parakeet/convert.h"
 #include "models/parakeet/model.h"
+#include "support/compare.h"
 #include "support/tensor_values.h"
 #include "support/tiny_whisper.h"  // TempDir
 
@@ -108,6 +110,83 @@ inline size_t count_different_emissions(const std::vector<parakeet::Emission>& a
                  actual[i].duration != expected[i].duration;
   }
   return different;
+}
+
+// ---- Checks every device's model passes against the reference ---------------------------------
+
+// The reference tensor a head reads: CTC logits, or the transducer's projected encoder output.
+inline std::string head_input_tensor(parakeet::Head head, const std::string& clip) {
+  return (head == parakeet::Head::ctc ? "logits." : "projected.") + clip;
+}
+
+inline std::vector<std::span<const float>> clip_spans(
+    const std::vector<std::vector<float>>& clips) {
+  return {clips.begin(), clips.end()};
+}
+
+// Each clip encoded alone: its frame count, encoder output and head input (≤ 1e-4 relative).
+inline void expect_encoder_and_head_match(const parakeet::Model& model,
+                                          const std::vector<std::vector<float>>& clips,
+                                          const ParakeetReference& reference) {
+  const parakeet::Config& config = model.config();
+  for (size_t c = 0; c < clips.size(); ++c) {
+    const std::string clip = kParakeetClips[c];
+    SCOPED_TRACE(clip);
+    const std::span<const float> alone[] = {clips[c]};
+    const auto encoded = model.encode(alone);
+    ASSERT_EQ(encoded->size(), 1);
+    const std::vector<float> expected = reference.values("encoder." + clip);
+    EXPECT_EQ(encoded->frames(0), static_cast<int64_t>(expected.size()) / config.d_model);
+    EXPECT_EQ(encoded->frames(0), model.encoder_frames(static_cast<int64_t>(clips[c].size())));
+    EXPECT_LE(relative_error(encoded->output(0), expected), 1e-4);
+    EXPECT_LE(relative_error(encoded->head_input(0),
+                             reference.values(head_input_tensor(config.head, clip))),
+              1e-4);
+  }
+}
+
+// Each clip decoded alone: exactly transformers' emissions and text.
+inline void expect_greedy_decoding_matches(const parakeet::Model& model,
+                                           const std::vector<std::vector<float>>& clips,
+                                           const ParakeetReference& reference) {
+  for (size_t c = 0; c < clips.size(); ++c) {
+    const std::string clip = kParakeetClips[c];
+    SCOPED_TRACE(clip);
+    const std::span<const float> alone[] = {clips[c]};
+    const std::vector<std::vector<parakeet::Emission>> decoded = model.decode(*model.encode(alone));
+    ASSERT_EQ(decoded.size(), 1u);
+    expect_same_emissions(decoded[0], expected_emissions(reference, clip, model.config().head));
+    std::vector<int32_t> tokens;
+    for (const parakeet::Emission& emission : decoded[0]) tokens.push_back(emission.token);
+    EXPECT_EQ(
+        model.detokenizer().decode(tokens),
+        reference.info.at("decode").at(clip).at("text").at("transformers").get<std::string>());
+  }
+}
+
+// The clips as one padded batch: the reference's frame counts, encoder output and head input,
+// and the emissions of each clip decoded alone, which are the reference's.
+inline void expect_batch_decodes_as_each_alone(const parakeet::Model& model,
+                                               const std::vector<std::vector<float>>& clips,
+                                               const ParakeetReference& reference) {
+  const auto encoded = model.encode(clip_spans(clips));
+  ASSERT_EQ(encoded->size(), static_cast<int>(clips.size()));
+  const std::vector<std::vector<parakeet::Emission>> decoded = model.decode(*encoded);
+  ASSERT_EQ(decoded.size(), clips.size());
+  const std::vector<int32_t> encoder_frames = reference.ints("batch.encoder_frames");
+  for (size_t c = 0; c < clips.size(); ++c) {
+    const std::string clip = kParakeetClips[c];
+    SCOPED_TRACE(clip);
+    EXPECT_EQ(encoded->frames(int(c)), encoder_frames[c]);
+    EXPECT_LE(relative_error(encoded->output(int(c)), reference.values("encoder." + clip)), 1e-4);
+    EXPECT_LE(relative_error(encoded->head_input(int(c)),
+                             reference.values(head_input_tensor(model.config().head, clip))),
+              1e-4);
+    const std::span<const float> alone[] = {clips[c]};
+    const std::vector<std::vector<parakeet::Emission>> single = model.decode(*model.encode(alone));
+    expect_same_emissions(decoded[c], single[0]);
+    expect_same_emissions(decoded[c], expected_emissions(reference, clip, model.config().head));
+  }
 }
 
 }  // namespace hark::testing

@@ -267,7 +267,7 @@ struct DecodeCase {
   std::vector<int32_t> lengths;  // one per sequence
   int64_t capacity;              // cache rows per sequence
   bool shared_kv = false;        // kv_batch_stride 0
-  int64_t row_padding = 0;
+  int64_t row_padding = 0;       // extra values per row (odd: unaligned rows)
 };
 
 // Runs launch(stream) once and compares the result for `initial` lengths, or with graph_steps
@@ -299,6 +299,26 @@ void run_decode(const Launch& launch, const Buffer& lengths, const std::vector<i
   }
   cudaGraphExecDestroy(instance);
   cudaGraphDestroy(graph);
+}
+
+// Compares the attention output of each sequence and head (got: one row of `out_row` values per
+// sequence) with the double-precision reference over q, k and v at `lengths`.
+void expect_decode_output(const std::vector<float>& got, int64_t out_row, const HostRows& q_rows,
+                          const HostRows& k_rows, const HostRows& v_rows, const DecodeCase& c,
+                          const std::vector<int32_t>& lengths, double scale, double tolerance) {
+  Comparison comparison;
+  for (int b = 0; b < static_cast<int>(lengths.size()); ++b) {
+    for (int h = 0; h < c.heads; ++h) {
+      const std::vector<double> want =
+          reference_row(q_rows, k_rows, v_rows, b, 0, h, c.head_dim, lengths[b], scale);
+      for (int d = 0; d < c.head_dim; ++d) {
+        comparison.add(
+            got[b * out_row + h * c.head_dim + d], want[d],
+            "b " + std::to_string(b) + " h " + std::to_string(h) + " d " + std::to_string(d));
+      }
+    }
+  }
+  comparison.expect_within(tolerance);
 }
 
 // Runs decode_attention (see run_decode) and compares each result.
@@ -343,19 +363,7 @@ void check_decode(Element e, const DecodeCase& c,
     const std::vector<float> got = read_back(e, out.buffer, batch * row);
     const HostRows q_rows{&q.values, 0, 0, row};  // one query row per sequence
     const HostRows k_rows{&k.values, 0, row, kv_batch}, v_rows{&v.values, 0, row, kv_batch};
-    Comparison comparison;
-    for (int b = 0; b < batch; ++b) {
-      for (int h = 0; h < c.heads; ++h) {
-        const std::vector<double> want =
-            reference_row(q_rows, k_rows, v_rows, b, 0, h, c.head_dim, step_lengths[b], scale);
-        for (int d = 0; d < c.head_dim; ++d) {
-          comparison.add(
-              got[b * row + h * c.head_dim + d], want[d],
-              "b " + std::to_string(b) + " h " + std::to_string(h) + " d " + std::to_string(d));
-        }
-      }
-    }
-    comparison.expect_within(tolerance(e));
+    expect_decode_output(got, row, q_rows, k_rows, v_rows, c, step_lengths, scale, tolerance(e));
   };
 
   run_decode(launch, lengths, c.lengths, graph_steps, compare);
@@ -517,17 +525,9 @@ double int8_tolerance(Element e) {
   return e == Element::f32 ? 1e-5 : e == Element::f16 ? 2e-3 : 1e-2;
 }
 
-struct Int8DecodeCase {
-  int heads, head_dim;
-  std::vector<int32_t> lengths;  // one per sequence
-  int64_t capacity;              // rows per sequence
-  bool shared_kv = false;        // batch strides 0
-  int64_t row_padding = 0;       // extra values per row (odd: unaligned rows)
-};
-
 // K and V of a row side by side, as the cross-attention K/V of a layer are stored, with their
 // scales [rows, 2 · heads + 1] (K heads, V heads, one spare).
-void check_decode_int8(Element e, const Int8DecodeCase& c,
+void check_decode_int8(Element e, const DecodeCase& c,
                        const std::vector<std::vector<int32_t>>& graph_steps = {}) {
   const int batch = static_cast<int>(c.lengths.size());
   SCOPED_TRACE(std::string(element_name(e)) + " batch " + std::to_string(batch) + " heads " +
@@ -593,19 +593,8 @@ void check_decode_int8(Element e, const Int8DecodeCase& c,
     const int64_t dense_batch = c.shared_kv ? 0 : c.capacity * width;
     const HostRows q_rows{&q.values, 0, 0, width};
     const HostRows k_rows{&keys, 0, width, dense_batch}, v_rows{&kv_values, 0, width, dense_batch};
-    Comparison comparison;
-    for (int b = 0; b < batch; ++b) {
-      for (int h = 0; h < c.heads; ++h) {
-        const std::vector<double> want =
-            reference_row(q_rows, k_rows, v_rows, b, 0, h, c.head_dim, step_lengths[b], scale);
-        for (int d = 0; d < c.head_dim; ++d) {
-          comparison.add(
-              got[b * width + h * c.head_dim + d], want[d],
-              "b " + std::to_string(b) + " h " + std::to_string(h) + " d " + std::to_string(d));
-        }
-      }
-    }
-    comparison.expect_within(int8_tolerance(e));
+    expect_decode_output(got, width, q_rows, k_rows, v_rows, c, step_lengths, scale,
+                         int8_tolerance(e));
   };
   run_decode(launch, lengths, c.lengths, graph_steps, compare);
 }

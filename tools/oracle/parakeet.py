@@ -69,12 +69,13 @@ import platform
 import shutil
 import struct
 import sys
-import tarfile
 import tempfile
 import time
 import traceback
 import wave
 from collections import Counter
+
+from oracle_log import OracleLog, pack_library_sources
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 AUDIO_DIR = os.path.join(REPO, "tests", "data", "audio")
@@ -156,17 +157,8 @@ CORPUS = [
     "We choose to go to the moon in this decade and do the other things, not because they are easy.",
 ]
 
-LOG_PATH = None  # <out>/log.txt, appended line by line so that a killed run still leaves it
-HF_MESSAGES = []
-
-
-def log(*args, quiet=False):
-    line = " ".join(str(a) for a in args)
-    if not quiet:
-        print(line, flush=True)
-    if LOG_PATH:
-        with open(LOG_PATH, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
+LOG = OracleLog()  # console and $OUT/log.txt; LOG.messages: what transformers said
+log = LOG
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1030,45 +1022,14 @@ def jsonable(value):
     return value
 
 
-def capture_library_messages():
-    """Routes transformers' log messages and Python warnings into log.txt (not the console)."""
-    import logging
-    import warnings
-
-    import transformers
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            message = record.getMessage()
-            HF_MESSAGES.append(message)
-            log("[transformers]", message, quiet=True)
-
-    transformers.logging.set_verbosity_warning()
-    transformers.logging.disable_default_handler()
-    logging.getLogger("transformers").addHandler(Keep())
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        HF_MESSAGES.append(str(message))
-        log(f"[{category.__name__}]", message, quiet=True)
-
-    warnings.showwarning = show
-    warnings.simplefilter("default")
-
-
 def dump_library_sources(out_dir):
     """Packs the transformers sources that define the behaviour recorded here, for reading."""
-    import transformers
-
-    root = os.path.dirname(transformers.__file__)
-    path = os.path.join(out_dir, "transformers-parakeet-src.tar.gz")
-    with tarfile.open(path, "w:gz") as tar:
-        for rel in ("models/parakeet", "generation/utils.py", "generation/stopping_criteria.py",
-                    "generation/logits_process.py", "audio_utils.py", "feature_extraction_sequence_utils.py",
-                    "integrations/sdpa_attention.py", "tokenization_utils_tokenizers.py", "convert_slow_tokenizer.py",
-                    "processing_utils.py"):
-            full = os.path.join(root, rel)
-            if os.path.exists(full):
-                tar.add(full, arcname=rel, filter=lambda m: None if "__pycache__" in m.name else m)
+    path = pack_library_sources(
+        out_dir, "transformers-parakeet-src.tar.gz",
+        ("models/parakeet", "generation/utils.py", "generation/stopping_criteria.py",
+         "generation/logits_process.py", "audio_utils.py", "feature_extraction_sequence_utils.py",
+         "integrations/sdpa_attention.py", "tokenization_utils_tokenizers.py",
+         "convert_slow_tokenizer.py", "processing_utils.py"))
     log(f"packed {path}: {os.path.getsize(path)} bytes")
 
 
@@ -1905,7 +1866,7 @@ class Oracle:
         log(f"{name}: spec check {json.dumps(jsonable(spec_summary))}; batch {json.dumps(jsonable(batch_summary))}")
         info = dict(audio=clips_info, tensors=described, decode=decode, batch=batch, stats=stats, margins=margins,
                     spec_check=spec_check, spec_check_summary=spec_summary, batch_summary=batch_summary,
-                    library_messages=sorted(set(HF_MESSAGES))[:50])
+                    library_messages=sorted(set(LOG.messages))[:50])
         return tensors, info
 
 
@@ -2136,11 +2097,10 @@ def write_readme(out_dir, summary):
 
 
 def run_oracle(args):
-    global LOG_PATH
     out_dir = os.path.abspath(args.out or DEFAULT_OUT)
     os.makedirs(out_dir, exist_ok=True)
-    LOG_PATH = os.path.join(out_dir, "log.txt")
-    with open(LOG_PATH, "w", encoding="utf-8"):
+    LOG.path = os.path.join(out_dir, "log.txt")
+    with open(LOG.path, "w", encoding="utf-8"):
         pass
     # Before transformers is imported: it decides at import time whether librosa exists.
     stand_ins = install_stand_in_packages(tempfile.mkdtemp(prefix="parakeet-oracle-"))
@@ -2148,7 +2108,7 @@ def run_oracle(args):
     t0 = time.time()
     oracle = None
     try:
-        capture_library_messages()
+        LOG.capture_library_messages("default")
         try:
             dump_library_sources(out_dir)
         except Exception as exc:

@@ -60,6 +60,8 @@ import time
 import traceback
 import wave
 
+from oracle_log import OracleLog, pack_library_sources
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIKTOKEN_DIR = os.path.join(REPO, "tests", "data", "tokenizers", "whisper")
 AUDIO_DIR = os.path.join(REPO, "tests", "data", "audio")
@@ -338,57 +340,16 @@ def selftest():
 # On the GPU machine (its CPU): torch, transformers, tiktoken, tokenizers, safetensors.
 # ----------------------------------------------------------------------------------------------
 
-LOG_PATH = None  # $OUT/log.txt, appended line by line so that a killed run still leaves it
-HF_MESSAGES = []  # what transformers logs (warnings about generate() arguments, ...)
-
-
-def log(*args, quiet=False):
-    line = " ".join(str(a) for a in args)
-    if not quiet:
-        print(line, flush=True)
-    if LOG_PATH:
-        with open(LOG_PATH, "a", encoding="utf-8") as f:
-            f.write(line + "\n")
-
-
-def capture_library_messages():
-    """Routes transformers' log messages and Python warnings into log.txt (not the console), and
-    keeps them so that each generate() case can list what it triggered."""
-    import logging
-    import warnings
-
-    import transformers
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            message = record.getMessage()
-            HF_MESSAGES.append(message)
-            log("[transformers]", message, quiet=True)
-
-    transformers.logging.set_verbosity_warning()
-    transformers.logging.disable_default_handler()
-    logging.getLogger("transformers").addHandler(Keep())
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        HF_MESSAGES.append(str(message))
-        log(f"[{category.__name__}]", message, quiet=True)
-
-    warnings.showwarning = show
-    warnings.simplefilter("always")
+LOG = OracleLog()  # console and $OUT/log.txt; LOG.messages: what transformers said
+log = LOG
 
 
 def dump_library_sources(out_dir):
     """Packs the transformers sources that define the behaviour recorded here, for reading."""
-    import transformers
-
-    root = os.path.dirname(transformers.__file__)
-    path = os.path.join(out_dir, "transformers-whisper-src.tar.gz")
-    with tarfile.open(path, "w:gz") as tar:
-        for rel in ("models/whisper", "generation/logits_process.py", "generation/utils.py",
-                    "audio_utils.py", "tokenization_utils_tokenizers.py", "tokenization_utils_base.py"):
-            full = os.path.join(root, rel)
-            if os.path.exists(full):
-                tar.add(full, arcname=rel, filter=lambda m: None if "__pycache__" in m.name else m)
+    pack_library_sources(out_dir, "transformers-whisper-src.tar.gz",
+                         ("models/whisper", "generation/logits_process.py", "generation/utils.py",
+                          "audio_utils.py", "tokenization_utils_tokenizers.py",
+                          "tokenization_utils_base.py"))
 
 
 def read_wav(path):
@@ -794,13 +755,13 @@ class Oracle:
 
         recorder = self.make_recorder()
         margins_before = len(self.timestamp_margins)
-        messages_before = len(HF_MESSAGES)
+        messages_before = len(LOG.messages)
         extra = {} if attention_mask is None else {"attention_mask": attention_mask}
         with self.torch.no_grad():
             out = model.generate(input_features=features, logits_processor=LogitsProcessorList([recorder]),
                                  **extra, **kwargs)
         margins = self.timestamp_margins[margins_before:]
-        recorder.messages = sorted(set(HF_MESSAGES[messages_before:]))
+        recorder.messages = sorted(set(LOG.messages[messages_before:]))
         return out, recorder, margins
 
     def describe_output(self, out):
@@ -1360,16 +1321,15 @@ class Oracle:
 
 
 def run_oracle(args):
-    global LOG_PATH
     out_dir = os.path.abspath(args.out)
     work_dir = os.path.join(args.work or tempfile.gettempdir(), "whisper-oracle")
     os.makedirs(out_dir, exist_ok=True)
     os.makedirs(work_dir, exist_ok=True)
-    LOG_PATH = os.path.join(out_dir, "log.txt")
+    LOG.path = os.path.join(out_dir, "log.txt")
     t0 = time.time()
     oracle = None
     try:
-        capture_library_messages()
+        LOG.capture_library_messages("always")
         try:
             dump_library_sources(out_dir)
         except Exception as exc:
