@@ -5,7 +5,8 @@
 # bench (hark bench on large-v3 / turbo, f16 and q8_0), transformers (the same workload with
 # transformers, for the ratios), parakeet (hark bench and bench/transformers_parakeet.py on
 # parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16), parakeet-oracle (tools/oracle/parakeet.py:
-# the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz). Default: the first
+# the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz), profile (hark bench
+# with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3). Default: the first
 # four. Full logs go to OUT_DIR; a short summary is
 # printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
@@ -83,6 +84,20 @@ if has parakeet; then
     echo "exit $? (transformers $model)" >> "$out/parakeet.log"
   done
   grep -vE "^\{|^JSON" "$out/parakeet.log" | tail -40 >> "$summary"
+fi
+
+if has profile; then
+  echo "== GPU time by stage (HARK_CUDA_PROFILE: eager decode steps, events between stages)" \
+    | tee -a "$summary"
+  HARK_CUDA_PROFILE=1 timeout 300 "$build/hark" bench --device cuda --model parakeet-tdt-0.6b-v2 \
+    --type bf16 --batches 64 --seconds 20 --repeats 2 >> "$out/profile.log" 2>&1
+  echo "exit $? (parakeet-tdt-0.6b-v2)" >> "$out/profile.log"
+  for batches in 1 16; do
+    HARK_CUDA_PROFILE=1 timeout 300 "$build/hark" bench --device cuda --model large-v3 --type f16 \
+      --batches "$batches" --tokens 40 --windows 2 >> "$out/profile.log" 2>&1
+    echo "exit $? (large-v3, batch $batches)" >> "$out/profile.log"
+  done
+  cat "$out/profile.log" >> "$summary"
 fi
 
 if has transformers; then

@@ -168,6 +168,13 @@ std::vector<int> batch_list(const std::string& text) {
   return batches;
 }
 
+// The stage times HARK_CUDA_PROFILE collected since the last reset (Parakeet: the last run of the
+// last row; Whisper: the last batch size's encoder runs and its two decodes).
+void print_gpu_profile() {
+  const std::string report = compute::cuda::profile_report();
+  if (!report.empty()) std::printf("%s", report.c_str());
+}
+
 // Per batch size: windows encoded as one batch, then decoded together for exactly `tokens` steps.
 void bench_gpu(const whisper::Model& model, int tokens, int repeats,
                const std::vector<int>& batches) {
@@ -182,6 +189,7 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
     const std::vector<float> mel = random_mel(config, batch);
     compute::cuda::reset_peak_allocated_bytes();
     model.encode_batch(mel, batch);  // warm-up: buffers, cuBLASLt plans
+    compute::cuda::reset_profile();  // (the decode's warm-up stays in the profile)
     std::vector<double> encoder_ms;
     std::vector<std::shared_ptr<const whisper::EncodedWindow>> windows;
     for (int i = 0; i < repeats; ++i) {
@@ -203,6 +211,7 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
                 workload_rtfx(encoder, prompt_ms, step, batch));
     std::fflush(stdout);
   }
+  print_gpu_profile();
 }
 
 // --- Parakeet ---
@@ -220,15 +229,18 @@ struct ParakeetTimes {
   size_t tokens = 0;
 };
 
-// One run: the front end alone (to show its share), then features + encoder and the patterned
-// decode of the whole batch.
+// One run: on the CPU the front end alone (to show its share; the GPU model computes its
+// features inside encode(), and HARK_CUDA_PROFILE shows their share there), then features +
+// encoder and the patterned decode of the whole batch.
 ParakeetTimes time_parakeet(const parakeet::Model& model,
                             std::span<const std::span<const float>> batch,
                             const parakeet::EmissionPattern& pattern) {
   ParakeetTimes times;
   auto start = Clock::now();
-  model.batch_features(batch);
-  times.features_ms = elapsed_ms(start);
+  if (model.device() == parakeet::Device::cpu) {
+    model.batch_features(batch);
+    times.features_ms = elapsed_ms(start);
+  }
   start = Clock::now();
   const auto encoded = model.encode(batch);
   times.encode_ms = elapsed_ms(start);
@@ -248,6 +260,8 @@ void bench_parakeet_row(const parakeet::Model& model, const char* label, int bat
   std::vector<double> features_ms, encode_ms, decode_ms, total_ms;
   size_t tokens = 0;
   for (int i = 0; i < repeats; ++i) {
+    // HARK_CUDA_PROFILE's table shows the last run alone (earlier ones set buffers up).
+    if (i == repeats - 1) compute::cuda::reset_profile();
     const ParakeetTimes times = time_parakeet(model, spans, pattern);
     features_ms.push_back(times.features_ms);
     encode_ms.push_back(times.encode_ms);
@@ -256,9 +270,13 @@ void bench_parakeet_row(const parakeet::Model& model, const char* label, int bat
     tokens = times.tokens;
   }
   const double total = median(total_ms);
-  std::printf("%-10s %6d %8.1f %12.1f %12.1f %11.1f %10.1f %7zu %9.1f\n", label, batch,
-              batch * seconds, median(features_ms), median(encode_ms), median(decode_ms), total,
-              tokens, batch * seconds / (total / 1000));
+  char features[32] = "in encoder";  // the GPU model's
+  if (model.device() == parakeet::Device::cpu) {
+    std::snprintf(features, sizeof features, "%.1f", median(features_ms));
+  }
+  std::printf("%-10s %6d %8.1f %12s %12.1f %11.1f %10.1f %7zu %9.1f\n", label, batch,
+              batch * seconds, features, median(encode_ms), median(decode_ms), total, tokens,
+              batch * seconds / (total / 1000));
   std::fflush(stdout);
 }
 
@@ -311,6 +329,7 @@ int bench_parakeet(const ParsedArgs& args, const std::string& name, const std::s
   if (on_gpu) {
     std::printf("peak GPU         %.2f GiB (hark's buffers: weights, activations, workspace)\n",
                 static_cast<double>(compute::cuda::peak_allocated_bytes()) / (1 << 30));
+    print_gpu_profile();
   }
   return 0;
 }

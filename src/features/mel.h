@@ -3,6 +3,7 @@
 // A front end is a MelConfig: Whisper's, NeMo's (Parakeet) and GigaAM's differ only in window,
 // padding, pre-emphasis, filterbank scale/normalisation, log and normalisation, all fields here.
 // The STFT runs in double precision (a mixed-radix FFT), frames in parallel over OpenMP threads.
+// features/mel_cuda.h runs the same configs (this class's window and filterbank) on the GPU.
 //
 // Pipeline, per frame t of hop_length samples:
 //   x -> pre-emphasis -> centre padding -> window -> |FFT|^power -> mel filterbank
@@ -77,6 +78,7 @@ class MelSpectrogram {
   int n_mels() const { return config_.n_mels; }
   int n_bins() const { return config_.n_fft / 2 + 1; }
   const std::vector<double>& filterbank() const { return filters_; }  // [n_mels x n_bins]
+  const std::vector<double>& window() const { return window_; }       // n_fft values
   // Frames produced for `n_samples` samples.
   int64_t frame_count(int64_t n_samples) const;
   // The features of `samples` (mono, at sample_rate) followed by `trailing_zeros` zero samples

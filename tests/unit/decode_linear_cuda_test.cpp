@@ -104,6 +104,7 @@ struct Case {
   bool norm = false, bias = false, gelu = false;
   Residual residual = Residual::none;
   int64_t scatter_width = 0;  // > 0: a K/V scatter (n_out = 3 · width)
+  bool f32_out = false;       // decode_linear_f32_out: the sums stored as F32 (norm only)
 };
 
 std::string describe(Element e, const Case& c) {
@@ -115,6 +116,7 @@ std::string describe(Element e, const Case& c) {
   if (c.residual == Residual::separate) s += " residual";
   if (c.residual == Residual::in_place) s += " residual=y";
   if (c.scatter_width > 0) s += " scatter " + std::to_string(c.scatter_width);
+  if (c.f32_out) s += " f32 out";
   return s;
 }
 
@@ -154,7 +156,7 @@ Problem make_problem(Element e, const Case& c) {
   p.beta = upload_values(e, random_values(k, 14, 0.0f, 0.2f));
   p.bias = upload_values(e, random_values(n, 15, 0.0f, 0.1f));
   p.residual = upload_values(e, random_values(batch * n, 16, 0.0f, 1.0f));
-  p.y = Buffer(batch * p.y_width() * element_size(e) + 16);
+  p.y = Buffer(batch * p.y_width() * sizeof(float) + 16);  // room for F32 outputs
   if (c.scatter_width > 0) {
     p.capacity = 11;
     // Padding between sequences checks that the stride is the caller's, not the rows'.
@@ -171,6 +173,11 @@ void run(const Problem& p, cudaStream_t stream) {
   const DecodeNorm norm{p.gamma.data(), p.beta.data(), kEps};
   const KvScatter scatter{p.k_cache.data(), p.v_cache.data(), p.cache_batch_stride,
                           p.positions.as<int32_t>(), c.scatter_width};
+  if (c.f32_out) {
+    decode_linear_f32_out(p.e, p.x.data(), c.batch, c.k_in, c.norm ? &norm : nullptr, p.w.data(),
+                          c.n_out, p.y.as<float>(), stream);
+    return;
+  }
   decode_linear(p.e, p.x.data(), c.batch, c.k_in, c.norm ? &norm : nullptr, p.w.data(), c.n_out,
                 c.bias ? p.bias.data() : nullptr, c.gelu,
                 c.residual != Residual::none ? p.residual.data() : nullptr, p.out(),
@@ -243,7 +250,8 @@ Reference reference(const Problem& p) {
       if (c.gelu) sum = gelu_erf(sum);
       if (c.residual != Residual::none) sum += p.residual.values[b * n_out + n];
       r.out[b * n_out + n] = sum;
-      r.allowed[b * n_out + n] = slack + 1.01 * rounding(e) * std::abs(sum);
+      const Element stored = c.f32_out ? Element::f32 : e;
+      r.allowed[b * n_out + n] = slack + 1.01 * rounding(stored) * std::abs(sum);
     }
   }
   return r;
@@ -262,7 +270,8 @@ void check_outputs(const Problem& p, const std::vector<std::vector<int32_t>>& wr
       allowed[b * y_width + j] = r.allowed[b * c.n_out + j];
     }
   }
-  expect_near(download_values(p.e, p.out(), want.size()), want, allowed, "y");
+  expect_near(download_values(c.f32_out ? Element::f32 : p.e, p.out(), want.size()), want, allowed,
+              "y");
   if (c.scatter_width == 0) return;
 
   const int64_t width = c.scatter_width, size = c.batch * p.cache_batch_stride;
@@ -319,6 +328,29 @@ TEST(DecodeLinearCuda, MatchesCpuAcrossShapes) {
   };
   for (Element e : kElements) {
     for (const Case& c : cases) check_case(e, c);
+  }
+}
+
+// Logits: the vocabulary-sized product with the final norm, its sums kept in F32.
+TEST(DecodeLinearCuda, LogitsInF32) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  for (Element e : kElements) {
+    for (int batch : {1, 5, 16}) {
+      Case c;
+      c.batch = batch;
+      c.k_in = 1280;
+      c.n_out = 51866;
+      c.norm = true;
+      c.f32_out = true;
+      check_case(e, c);
+    }
+    Case odd;  // no norm, odd sizes
+    odd.batch = 16;
+    odd.k_in = 200;
+    odd.n_out = 131;
+    odd.f32_out = true;
+    check_case(e, odd);
   }
 }
 

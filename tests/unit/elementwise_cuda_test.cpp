@@ -120,9 +120,12 @@ TEST(ElementwiseCuda, LayerNormMatchesCpu) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   const float eps = 1e-5f;
-  // Rows from Whisper's widths, odd ones, and ones past what registers hold (3000, 5000).
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 64},   {3, 64}, {64, 384}, {2, 1280}, {1, 1280},
-                                                {4, 1000}, {7, 33}, {2, 3000}, {2, 5000}, {3, 1}};
+  // Rows from Whisper's and Parakeet's widths, odd ones, ones past what registers hold (3000,
+  // 5000), many rows (not a whole number of a block's warps), and the longest rows a warp keeps
+  // in registers (2048 16-bit values).
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 64},   {3, 64},   {64, 384}, {2, 1280},
+                                                {1, 1280}, {4, 1000}, {7, 33},   {2, 3000},
+                                                {2, 5000}, {3, 1},    {5, 2048}, {1003, 1024}};
   for (Element e : kElements) {
     for (auto [rows, cols] : shapes) {
       const std::string what =

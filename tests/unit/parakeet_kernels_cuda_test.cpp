@@ -10,11 +10,13 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/cuda.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/kernels_conformer.h"
+#include "compute/cuda/pass.h"
 #include "support/cuda_elements.h"
 
 namespace hark::compute::cuda {
@@ -100,20 +102,72 @@ int64_t conv_output(int64_t size, int kernel, int stride, int padding) {
 TEST(ParakeetKernelsCuda, Conv2dOneChannelMasksRowsPastEachHeight) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  const int batch = 3, kernel = 3, stride = 2, padding = 1;
-  const int64_t height = 9, width = 11, channels = 5;
+  const int batch = 3, stride = 2;
+  const int64_t height = 9, width = 11;
   const std::vector<int32_t> heights = {9, 4, 1};
-  const int64_t out_h = conv_output(height, kernel, stride, padding);
-  const int64_t out_w = conv_output(width, kernel, stride, padding);
   const Buffer heights_dev = upload_ints(heights);
-  for (Element e : kElements) {
-    for (bool relu : {false, true}) {
-      const DeviceValues x = upload_values(e, random_values(batch * height * width, 1));
-      const DeviceValues w = upload_values(e, random_values(channels * kernel * kernel, 2));
-      const DeviceValues bias = upload_values(e, random_values(channels, 3));
+  // FastConformer's 3 × 3 (taps in registers), value by value and in packs of channels, and
+  // another size with more channels than a block's threads (the general path).
+  for (const auto& [kernel, channels] :
+       {std::pair{3, int64_t{5}}, std::pair{3, int64_t{16}}, std::pair{5, int64_t{300}}}) {
+    const int padding = kernel / 2;
+    const int64_t out_h = conv_output(height, kernel, stride, padding);
+    const int64_t out_w = conv_output(width, kernel, stride, padding);
+    for (Element e : kElements) {
+      for (bool relu : {false, true}) {
+        const DeviceValues x = upload_values(e, random_values(batch * height * width, 1));
+        const DeviceValues w = upload_values(e, random_values(channels * kernel * kernel, 2));
+        const DeviceValues bias = upload_values(e, random_values(channels, 3));
+        const DeviceValues y =
+            upload_values(e, std::vector<float>(batch * out_h * out_w * channels));
+        conv2d_one_channel(e, x.data(), batch, height, width, heights_dev.as<int32_t>(), w.data(),
+                           bias.data(), channels, kernel, stride, padding, relu, y.data(), nullptr);
+        std::vector<double> want;
+        for (int b = 0; b < batch; ++b) {
+          for (int64_t t = 0; t < out_h; ++t) {
+            for (int64_t f = 0; f < out_w; ++f) {
+              for (int64_t c = 0; c < channels; ++c) {
+                double sum = bias.values[c];
+                for (int i = 0; i < kernel; ++i) {
+                  for (int j = 0; j < kernel; ++j) {
+                    const int64_t row = t * stride - padding + i, col = f * stride - padding + j;
+                    if (row < 0 || row >= heights[b] || col < 0 || col >= width) continue;
+                    sum += double(w.values[(c * kernel + i) * kernel + j]) *
+                           x.values[(b * height + row) * width + col];
+                  }
+                }
+                want.push_back(relu ? std::max(sum, 0.0) : sum);
+              }
+            }
+          }
+        }
+        expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
+                     std::string("conv2d_one_channel ") + element_name(e) + " kernel " +
+                         std::to_string(kernel));
+      }
+    }
+  }
+}
+
+TEST(ParakeetKernelsCuda, DepthwiseConv2dMasksRowsPastEachHeight) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int batch = 2, stride = 2;
+  const int64_t height = 7, width = 6;
+  const std::vector<int32_t> heights = {7, 3};
+  const Buffer heights_dev = upload_ints(heights);
+  for (const auto& [kernel, channels] :
+       {std::pair{3, int64_t{5}}, std::pair{3, int64_t{16}}, std::pair{5, int64_t{300}}}) {
+    const int padding = kernel / 2;
+    const int64_t out_h = conv_output(height, kernel, stride, padding);
+    const int64_t out_w = conv_output(width, kernel, stride, padding);
+    for (Element e : kElements) {
+      const DeviceValues x = upload_values(e, random_values(batch * height * width * channels, 4));
+      const DeviceValues w = upload_values(e, random_values(channels * kernel * kernel, 5));
+      const DeviceValues bias = upload_values(e, random_values(channels, 6));
       const DeviceValues y = upload_values(e, std::vector<float>(batch * out_h * out_w * channels));
-      conv2d_one_channel(e, x.data(), batch, height, width, heights_dev.as<int32_t>(), w.data(),
-                         bias.data(), channels, kernel, stride, padding, relu, y.data(), nullptr);
+      depthwise_conv2d(e, x.data(), batch, height, width, channels, heights_dev.as<int32_t>(),
+                       w.data(), bias.data(), kernel, stride, padding, y.data(), nullptr);
       std::vector<double> want;
       for (int b = 0; b < batch; ++b) {
         for (int64_t t = 0; t < out_h; ++t) {
@@ -125,76 +179,18 @@ TEST(ParakeetKernelsCuda, Conv2dOneChannelMasksRowsPastEachHeight) {
                   const int64_t row = t * stride - padding + i, col = f * stride - padding + j;
                   if (row < 0 || row >= heights[b] || col < 0 || col >= width) continue;
                   sum += double(w.values[(c * kernel + i) * kernel + j]) *
-                         x.values[(b * height + row) * width + col];
+                         x.values[((b * height + row) * width + col) * channels + c];
                 }
               }
-              want.push_back(relu ? std::max(sum, 0.0) : sum);
+              want.push_back(sum);
             }
           }
         }
       }
-      expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
-                   std::string("conv2d_one_channel ") + element_name(e));
+      expect_close(
+          download_values(e, y.data(), want.size()), want, tolerance(e),
+          std::string("depthwise_conv2d ") + element_name(e) + " kernel " + std::to_string(kernel));
     }
-  }
-}
-
-TEST(ParakeetKernelsCuda, DepthwiseConv2dMasksRowsPastEachHeight) {
-  if (!hark::compute::cuda::available())
-    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  const int batch = 2, kernel = 3, stride = 2, padding = 1;
-  const int64_t height = 7, width = 6, channels = 5;
-  const std::vector<int32_t> heights = {7, 3};
-  const int64_t out_h = conv_output(height, kernel, stride, padding);
-  const int64_t out_w = conv_output(width, kernel, stride, padding);
-  const Buffer heights_dev = upload_ints(heights);
-  for (Element e : kElements) {
-    const DeviceValues x = upload_values(e, random_values(batch * height * width * channels, 4));
-    const DeviceValues w = upload_values(e, random_values(channels * kernel * kernel, 5));
-    const DeviceValues bias = upload_values(e, random_values(channels, 6));
-    const DeviceValues y = upload_values(e, std::vector<float>(batch * out_h * out_w * channels));
-    depthwise_conv2d(e, x.data(), batch, height, width, channels, heights_dev.as<int32_t>(),
-                     w.data(), bias.data(), kernel, stride, padding, y.data(), nullptr);
-    std::vector<double> want;
-    for (int b = 0; b < batch; ++b) {
-      for (int64_t t = 0; t < out_h; ++t) {
-        for (int64_t f = 0; f < out_w; ++f) {
-          for (int64_t c = 0; c < channels; ++c) {
-            double sum = bias.values[c];
-            for (int i = 0; i < kernel; ++i) {
-              for (int j = 0; j < kernel; ++j) {
-                const int64_t row = t * stride - padding + i, col = f * stride - padding + j;
-                if (row < 0 || row >= heights[b] || col < 0 || col >= width) continue;
-                sum += double(w.values[(c * kernel + i) * kernel + j]) *
-                       x.values[((b * height + row) * width + col) * channels + c];
-              }
-            }
-            want.push_back(sum);
-          }
-        }
-      }
-    }
-    expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
-                 std::string("depthwise_conv2d ") + element_name(e));
-  }
-}
-
-TEST(ParakeetKernelsCuda, SwapLastAxes) {
-  if (!hark::compute::cuda::available())
-    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  const int64_t count = 3, rows = 5, cols = 7;
-  for (Element e : kElements) {
-    const DeviceValues x = upload_values(e, random_values(count * rows * cols, 7));
-    const DeviceValues y = upload_values(e, std::vector<float>(count * rows * cols));
-    swap_last_axes(e, x.data(), count, rows, cols, y.data(), nullptr);
-    std::vector<double> want;
-    for (int64_t a = 0; a < count; ++a) {
-      for (int64_t j = 0; j < cols; ++j) {
-        for (int64_t i = 0; i < rows; ++i) want.push_back(x.values[(a * rows + i) * cols + j]);
-      }
-    }
-    expect_close(download_values(e, y.data(), want.size()), want, 0.0,
-                 std::string("swap_last_axes ") + element_name(e));
   }
 }
 
@@ -203,39 +199,44 @@ TEST(ParakeetKernelsCuda, SwapLastAxes) {
 TEST(ParakeetKernelsCuda, ReluSiluScaleGlu) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  const int64_t n = 1001, rows = 7, channels = 13;
-  for (Element e : kElements) {
-    const std::string name = element_name(e);
-    const std::vector<float> values = random_values(n, 8, 0.0f, 3.0f);
-    DeviceValues x = upload_values(e, values);
-    relu(e, x.data(), n, nullptr);
-    std::vector<double> want;
-    for (float v : x.values) want.push_back(std::max(double(v), 0.0));
-    expect_close(download_values(e, x.data(), n), want, tolerance(e), "relu " + name);
+  // Odd sizes (value by value) and whole 16-byte packs (the packed kernels).
+  for (const auto& [n, channels] :
+       {std::pair{int64_t{1001}, int64_t{13}}, std::pair{int64_t{1024}, int64_t{16}}}) {
+    const int64_t rows = 7;
+    for (Element e : kElements) {
+      const std::string name = std::string(element_name(e)) + " n " + std::to_string(n);
+      const std::vector<float> values = random_values(n, 8, 0.0f, 3.0f);
+      DeviceValues x = upload_values(e, values);
+      relu(e, x.data(), n, nullptr);
+      std::vector<double> want;
+      for (float v : x.values) want.push_back(std::max(double(v), 0.0));
+      expect_close(download_values(e, x.data(), n), want, tolerance(e), "relu " + name);
 
-    x = upload_values(e, values);
-    silu(e, x.data(), n, nullptr);
-    want.clear();
-    for (float v : x.values) want.push_back(v * sigmoid(v));
-    expect_close(download_values(e, x.data(), n), want, tolerance(e), "silu " + name);
+      x = upload_values(e, values);
+      silu(e, x.data(), n, nullptr);
+      want.clear();
+      for (float v : x.values) want.push_back(v * sigmoid(v));
+      expect_close(download_values(e, x.data(), n), want, tolerance(e), "silu " + name);
 
-    x = upload_values(e, values);
-    scale(e, x.data(), n, 0.375f, nullptr);
-    want.clear();
-    for (float v : x.values) want.push_back(v * 0.375);
-    expect_close(download_values(e, x.data(), n), want, tolerance(e), "scale " + name);
+      x = upload_values(e, values);
+      scale(e, x.data(), n, 0.375f, nullptr);
+      want.clear();
+      for (float v : x.values) want.push_back(v * 0.375);
+      expect_close(download_values(e, x.data(), n), want, tolerance(e), "scale " + name);
 
-    const DeviceValues wide = upload_values(e, random_values(rows * 2 * channels, 9));
-    const DeviceValues gated = upload_values(e, std::vector<float>(rows * channels));
-    glu(e, wide.data(), rows, channels, gated.data(), nullptr);
-    want.clear();
-    for (int64_t r = 0; r < rows; ++r) {
-      for (int64_t c = 0; c < channels; ++c) {
-        const float* row = wide.values.data() + r * 2 * channels;
-        want.push_back(row[c] * sigmoid(row[channels + c]));
+      const DeviceValues wide = upload_values(e, random_values(rows * 2 * channels, 9));
+      const DeviceValues gated = upload_values(e, std::vector<float>(rows * channels));
+      glu(e, wide.data(), rows, channels, gated.data(), nullptr);
+      want.clear();
+      for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t c = 0; c < channels; ++c) {
+          const float* row = wide.values.data() + r * 2 * channels;
+          want.push_back(row[c] * sigmoid(row[channels + c]));
+        }
       }
+      expect_close(download_values(e, gated.data(), want.size()), want, tolerance(e),
+                   "glu " + name);
     }
-    expect_close(download_values(e, gated.data(), want.size()), want, tolerance(e), "glu " + name);
   }
 }
 
@@ -245,35 +246,38 @@ TEST(ParakeetKernelsCuda, DepthwiseConv1dTreatsStepsPastTheLengthAsZeros) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   const int batch = 3, kernel = 9;
-  const int64_t steps = 10, channels = 13;
-  // A full sequence, one shorter than the kernel, one of a single step.
-  const std::vector<int32_t> lengths = {10, 4, 1};
-  const Buffer lengths_dev = upload_ints(lengths);
-  for (Element e : kElements) {
-    for (bool with_silu : {false, true}) {
-      const DeviceValues x = upload_values(e, random_values(batch * steps * channels, 10));
-      const DeviceValues w = upload_values(e, random_values(channels * kernel, 11));
-      const DeviceValues bias = upload_values(e, random_values(channels, 12));
-      const DeviceValues y = upload_values(e, std::vector<float>(batch * steps * channels));
-      depthwise_conv1d(e, x.data(), batch, steps, channels, lengths_dev.as<int32_t>(), w.data(),
-                       bias.data(), kernel, with_silu, y.data(), nullptr);
-      std::vector<double> want;
-      for (int b = 0; b < batch; ++b) {
-        for (int64_t t = 0; t < steps; ++t) {
-          for (int64_t c = 0; c < channels; ++c) {
-            double sum = bias.values[c];
-            for (int j = 0; j < kernel; ++j) {
-              const int64_t source = t + j - (kernel - 1) / 2;
-              if (source < 0 || source >= lengths[b]) continue;
-              sum +=
-                  double(w.values[c * kernel + j]) * x.values[(b * steps + source) * channels + c];
+  const int64_t steps = 10;
+  for (const int64_t channels : {int64_t{13}, int64_t{16}}) {  // value by value, and packed
+    // A full sequence, one shorter than the kernel, one of a single step.
+    const std::vector<int32_t> lengths = {10, 4, 1};
+    const Buffer lengths_dev = upload_ints(lengths);
+    for (Element e : kElements) {
+      for (bool with_silu : {false, true}) {
+        const DeviceValues x = upload_values(e, random_values(batch * steps * channels, 10));
+        const DeviceValues w = upload_values(e, random_values(channels * kernel, 11));
+        const DeviceValues bias = upload_values(e, random_values(channels, 12));
+        const DeviceValues y = upload_values(e, std::vector<float>(batch * steps * channels));
+        depthwise_conv1d(e, x.data(), batch, steps, channels, lengths_dev.as<int32_t>(), w.data(),
+                         bias.data(), kernel, with_silu, y.data(), nullptr);
+        std::vector<double> want;
+        for (int b = 0; b < batch; ++b) {
+          for (int64_t t = 0; t < steps; ++t) {
+            for (int64_t c = 0; c < channels; ++c) {
+              double sum = bias.values[c];
+              for (int j = 0; j < kernel; ++j) {
+                const int64_t source = t + j - (kernel - 1) / 2;
+                if (source < 0 || source >= lengths[b]) continue;
+                sum += double(w.values[c * kernel + j]) *
+                       x.values[(b * steps + source) * channels + c];
+              }
+              want.push_back(with_silu ? sum * sigmoid(sum) : sum);
             }
-            want.push_back(with_silu ? sum * sigmoid(sum) : sum);
           }
         }
+        expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
+                     std::string("depthwise_conv1d ") + element_name(e) + " channels " +
+                         std::to_string(channels));
       }
-      expect_close(download_values(e, y.data(), want.size()), want, tolerance(e),
-                   std::string("depthwise_conv1d ") + element_name(e));
     }
   }
 }
@@ -373,6 +377,60 @@ TEST(ParakeetKernelsCuda, RelPosAttentionTinyHeads) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   check_rel_attention({5, 4, 1, {5, 2}});
+}
+
+// Pass::rel_pos_attention in F16/BF16 with head sizes of 64 and 128: the tensor-core path
+// (biased queries, the position scores as a batched product, the flash kernel reading them
+// shifted), with the heads in one group and one at a time. Rows past each length must come back
+// as zeros; the output starts as NaN so that any row left unwritten shows.
+void check_tensor_core_rel_attention(const AttentionCase& c) {
+  const int64_t width = int64_t{c.heads} * c.head_dim;
+  const int batch = static_cast<int>(c.lengths.size());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const Buffer lengths = upload_ints(c.lengths);
+  for (Element e : {Element::f16, Element::bf16}) {
+    ASSERT_TRUE(padded_attention_runs(e, c.head_dim));
+    for (bool one_head_at_a_time : {false, true}) {
+      const std::string what = std::string("Pass::rel_pos_attention ") + element_name(e) +
+                               " steps " + std::to_string(c.steps) + " head_dim " +
+                               std::to_string(c.head_dim) +
+                               (one_head_at_a_time ? " one head at a time" : " all heads");
+      const DeviceValues qkv = upload_values(e, random_values(batch * c.steps * 3 * width, 17));
+      const DeviceValues p = upload_values(e, random_values((2 * c.steps - 1) * width, 18));
+      const DeviceValues u = upload_values(e, random_values(width, 19, 0.0f, 0.3f));
+      const DeviceValues v = upload_values(e, random_values(width, 20, 0.0f, 0.3f));
+      const DeviceValues out = upload_values(
+          e, std::vector<float>(batch * c.steps * width, std::numeric_limits<float>::quiet_NaN()));
+      const auto* base = static_cast<uint8_t*>(qkv.data());
+      const size_t column = element_size(e);
+      Pass pass(e, nullptr);
+      if (one_head_at_a_time) pass.limit_relative_scores(1);
+      pass.rel_pos_attention(base, base + width * column, base + 2 * width * column, 3 * width,
+                             p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch,
+                             c.steps, c.heads, c.head_dim, scale, out.data(), width);
+      const std::vector<double> want =
+          rel_attention_reference(c, qkv.values, p.values, u.values, v.values, scale);
+      // Beyond the F32 kernel's error: q + u, q + v', the position scores and the softmax
+      // weights are each rounded to the element type before a product.
+      expect_close(download_values(e, out.data(), want.size()), want, 8 * rounding(e), what);
+    }
+  }
+}
+
+TEST(ParakeetKernelsCuda, RelPosAttentionOnTensorCoresHeadDim64) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  // 70 steps: one query tile, two key tiles; a sequence ending in the second key tile, one
+  // inside the first.
+  check_tensor_core_rel_attention({70, 3, 64, {70, 64, 31}});
+}
+
+TEST(ParakeetKernelsCuda, RelPosAttentionOnTensorCoresHeadDim128) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  // 150 steps: two query tiles (the second all padding for two sequences), three key tiles;
+  // a sequence of one step.
+  check_tensor_core_rel_attention({150, 2, 128, {150, 129, 1}});
 }
 
 // ---- Heads ------------------------------------------------------------------------------------

@@ -19,4 +19,10 @@ size_t allocated_bytes();
 size_t peak_allocated_bytes();
 void reset_peak_allocated_bytes();
 
+// The GPU time by stage that HARK_CUDA_PROFILE collected (profile.h): one line per stage with its
+// total milliseconds, calls and share. Empty when nothing was profiled (and without CUDA).
+std::string profile_report();
+// Empties that table (after a warm-up, whose first calls set things up).
+void reset_profile();
+
 }  // namespace hark::compute::cuda

@@ -15,5 +15,9 @@ size_t peak_allocated_bytes() {
   return 0;
 }
 void reset_peak_allocated_bytes() {}
+std::string profile_report() {
+  return "";
+}
+void reset_profile() {}
 
 }  // namespace hark::compute::cuda

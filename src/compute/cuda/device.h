@@ -58,6 +58,27 @@ Buffer upload_vector(const std::vector<T>& values, cudaStream_t stream = nullptr
   return buffer;
 }
 
+// Page-locked host memory that uploads go through: the GPU reads it at full speed and without
+// the driver's intermediate copy, asynchronously. Refilling it waits for the copies that read it.
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  ~StagingBuffer();
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+
+  // At least `bytes` of host memory to fill (contents lost when it grows), once every upload
+  // queued from it has finished.
+  void* prepare(size_t bytes);
+  // Queues a copy of its first `bytes` to `device` on `stream`.
+  void upload(size_t bytes, void* device, cudaStream_t stream);
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+  cudaEvent_t uploaded_ = nullptr;  // recorded after the last upload
+};
+
 // A non-blocking stream, destroyed with the object.
 class Stream {
  public:

@@ -73,6 +73,36 @@ void Buffer::reserve(size_t bytes) {
   if (bytes > bytes_) *this = Buffer(bytes);
 }
 
+StagingBuffer::~StagingBuffer() {
+  if (uploaded_ != nullptr) {
+    cudaEventSynchronize(uploaded_);
+    cudaEventDestroy(uploaded_);
+  }
+  if (data_ != nullptr) cudaFreeHost(data_);
+}
+
+void* StagingBuffer::prepare(size_t bytes) {
+  if (uploaded_ != nullptr) check(cudaEventSynchronize(uploaded_), "wait for an upload");
+  if (bytes > bytes_) {
+    if (data_ != nullptr) check(cudaFreeHost(data_), "free page-locked memory");
+    data_ = nullptr;
+    bytes_ = 0;
+    check(cudaHostAlloc(&data_, bytes, cudaHostAllocDefault), "allocate page-locked memory");
+    bytes_ = bytes;
+  }
+  return data_;
+}
+
+void StagingBuffer::upload(size_t bytes, void* device, cudaStream_t stream) {
+  if (bytes == 0) return;
+  if (bytes > bytes_) fail("staging buffer: ", bytes, " bytes to upload from ", bytes_);
+  check(cudaMemcpyAsync(device, data_, bytes, cudaMemcpyHostToDevice, stream), "copy to the GPU");
+  if (uploaded_ == nullptr) {
+    check(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming), "staging event");
+  }
+  check(cudaEventRecord(uploaded_, stream), "staging event");
+}
+
 void upload(const void* host, size_t bytes, void* device, cudaStream_t stream) {
   if (bytes == 0) return;
   if (stream == nullptr) {

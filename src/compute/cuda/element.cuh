@@ -7,7 +7,10 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <initializer_list>
 
 #include "base/error.h"
 #include "compute/cuda/kernels.h"
@@ -59,6 +62,101 @@ void with_type(Element e, F&& f) {
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
+
+// ---- Packs ------------------------------------------------------------------------------------
+//
+// A pack of N consecutive values moves in one load or store of this raw type, which is why
+// launchers only pick packs of more than one value when every pointer is aligned to the pack.
+template <int kBytes>
+struct Raw;
+template <>
+struct Raw<2> {
+  using type = unsigned short;
+};
+template <>
+struct Raw<4> {
+  using type = unsigned int;
+};
+template <>
+struct Raw<8> {
+  using type = uint2;
+};
+template <>
+struct Raw<16> {
+  using type = uint4;
+};
+
+template <int N, class T>
+__device__ __forceinline__ void load_pack(const T* source, float (&out)[N]) {
+  using R = typename Raw<static_cast<int>(N * sizeof(T))>::type;
+  const R raw = *reinterpret_cast<const R*>(source);
+  T values[N];
+  memcpy(values, &raw, sizeof raw);
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = to_float(values[i]);
+}
+
+template <int N, class T>
+__device__ __forceinline__ void store_pack(const float (&in)[N], T* target) {
+  using R = typename Raw<static_cast<int>(N * sizeof(T))>::type;
+  T values[N];
+#pragma unroll
+  for (int i = 0; i < N; ++i) values[i] = from_float<T>(in[i]);
+  R raw;
+  memcpy(&raw, values, sizeof raw);
+  *reinterpret_cast<R*>(target) = raw;
+}
+
+// Values in a 16-byte pack: the widest single load.
+template <class T>
+constexpr int kWidePack = static_cast<int>(16 / sizeof(T));
+// ---- Launch shapes ----------------------------------------------------------------------------
+
+inline bool aligned(const void* pointer, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
+}
+
+// Whether rows of `cols` values starting at each pointer (null ones are skipped) can move in
+// packs of `pack` values.
+inline bool packable(int64_t cols, int pack, size_t element_bytes,
+                     std::initializer_list<const void*> pointers) {
+  if (cols % pack != 0) return false;
+  for (const void* pointer : pointers) {
+    if (pointer != nullptr && !aligned(pointer, pack * element_bytes)) return false;
+  }
+  return true;
+}
+
+// Grid-stride loops past these sizes, so that any shape launches.
+constexpr int64_t kMaxBlocksX = 4096;
+constexpr int64_t kMaxBlocksY = 65535;
+
+// Row-wise kernels: threads along x cover a row's packs, blocks along y cover rows.
+struct RowLaunch {
+  dim3 grid, block;
+};
+
+inline RowLaunch row_launch(int64_t rows, int64_t packs) {
+  const int64_t threads = std::clamp<int64_t>(ceil_div(packs, 32) * 32, 32, 256);
+  const int64_t blocks_x = std::min(ceil_div(packs, threads), kMaxBlocksX);
+  const int64_t blocks_y = std::min(rows, kMaxBlocksY);
+  return {dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
+          dim3(static_cast<unsigned>(threads))};
+}
+
+// Flat kernels: one grid-stride loop over `count` items.
+inline unsigned flat_blocks(int64_t count, int threads) {
+  return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(count, threads), 1, kMaxBlocksX * 16));
+}
+
+// Grid-stride loops: over rows (grid y), over a row's packs (grid x), and over flat indices.
+#define HARK_ROW_LOOP(row, rows) for (int64_t row = blockIdx.y; row < (rows); row += gridDim.y)
+#define HARK_PACK_LOOP(pack, packs)                                                                \
+  for (int64_t pack = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; pack < (packs); \
+       pack += static_cast<int64_t>(blockDim.x) * gridDim.x)
+#define HARK_FLAT_LOOP(i, count)                                                             \
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
 
 // ---- Warp reductions -------------------------------------------------------------------------
 

@@ -27,14 +27,40 @@ class Gemm {
   void linear(Element in, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
               const void* bias, const void* residual, Element out, void* y, cudaStream_t stream);
 
+  // Where the rows of a matrix are, in elements: row r of matrix i of a batch starts at
+  // i · batch + r · row (row ≥ the width: a slice of wider rows, such as one head of several).
+  struct Strides {
+    int64_t row = 0, batch = 0;
+  };
+  // `count` independent products y_i[m, n] = x_i[m, k] · w_i[n, k]ᵀ, laid out by the strides;
+  // x and w of element type `in`, y of type `out`. 16-bit rows should start 16-byte aligned.
+  void batched(Element in, const void* x, Strides x_at, int64_t m, int64_t k, const void* w,
+               Strides w_at, int64_t n, Element out, void* y, Strides y_at, int64_t count,
+               cudaStream_t stream);
+
  private:
   struct Plan;
-  using Key = std::tuple<int, int, int64_t, int64_t, int64_t, bool, bool>;
-  Plan& plan(const Key& key);
+  // Everything a plan depends on: element types, sizes, epilogue, strides, batch.
+  struct Shape {
+    int in = 0, out = 0;
+    int64_t m = 0, n = 0, k = 0;
+    bool bias = false, residual = false;
+    Strides x, w, y;
+    int64_t count = 1;
+    auto key() const {
+      return std::tuple(in, out, m, n, k, bias, residual, x.row, x.batch, w.row, w.batch, y.row,
+                        y.batch, count);
+    }
+    bool operator<(const Shape& other) const { return key() < other.key(); }
+  };
+  Plan& plan(const Shape& shape);
+  // Times the plan's candidates on these inputs, once, and keeps the fastest (gemm_cuda.cpp).
+  // y_is_input: y holds the residual, which the candidates must not overwrite.
+  void tune(Plan& p, const void* x, const void* w, void* y, bool y_is_input, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   Buffer workspace_;
-  std::map<Key, Plan*> plans_;
+  std::map<Shape, Plan*> plans_;
 };
 
 }  // namespace hark::compute::cuda

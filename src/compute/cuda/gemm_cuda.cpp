@@ -1,6 +1,8 @@
 #include "compute/cuda/gemm.h"
 
+#include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "base/error.h"
 
@@ -9,6 +11,25 @@ namespace hark::compute::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what cuBLASLt's Hopper kernels like to have
+
+// Products of at least this many rows (over the batch) are tuned on first use: the heuristic's
+// candidates are timed and the fastest kept. Its first choice is often not the fastest on large
+// products (they are most of an encoder's time); small ones (decode steps, whose shapes vary
+// with the batch) keep the first choice and cost no tuning.
+constexpr int64_t kTunedRows = 1024;
+constexpr int kCandidates = 8;
+constexpr int kTimedRuns = 3;
+// The largest scratch output tuning allocates (for products whose output is also their input).
+constexpr size_t kMaxTuningScratchBytes = size_t{256} << 20;
+
+// HARK_CUDA_GEMM_TUNE=0 keeps the heuristic's first choice everywhere.
+bool tuning_enabled() {
+  static const bool enabled = [] {
+    const char* value = std::getenv("HARK_CUDA_GEMM_TUNE");
+    return value == nullptr || std::string(value) != "0";
+  }();
+  return enabled;
+}
 
 void check_blas(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) {
@@ -37,6 +58,9 @@ struct Gemm::Plan {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
   cublasLtMatmulAlgo_t algo{};
   bool with_bias = false;
+  // The heuristic's candidates, best guess first, until tune() has timed them.
+  std::vector<cublasLtMatmulAlgo_t> candidates;
+  size_t output_bytes = 0;  // of D, for tune()'s scratch output
 
   ~Plan() {
     if (op) cublasLtMatmulDescDestroy(op);
@@ -55,12 +79,13 @@ Gemm::~Gemm() {
   if (handle_) cublasLtDestroy(handle_);
 }
 
-Gemm::Plan& Gemm::plan(const Key& key) {
-  if (auto found = plans_.find(key); found != plans_.end()) return *found->second;
-  const auto [in_code, out_code, m, n, k, with_bias, with_residual] = key;
-  const Element in = static_cast<Element>(in_code), out = static_cast<Element>(out_code);
+Gemm::Plan& Gemm::plan(const Shape& shape) {
+  if (auto found = plans_.find(shape); found != plans_.end()) return *found->second;
+  const Element in = static_cast<Element>(shape.in), out = static_cast<Element>(shape.out);
+  const int64_t m = shape.m, n = shape.n, k = shape.k;
+  const bool with_bias = shape.bias, with_residual = shape.residual;
   auto* plan = new Plan;
-  plans_[key] = plan;
+  plans_[shape] = plan;
   plan->with_bias = with_bias;
 
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;  // F32 accumulation, never TF32
@@ -77,43 +102,141 @@ Gemm::Plan& Gemm::plan(const Key& key) {
     cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                    sizeof bias_type);
   }
-  check_blas(cublasLtMatrixLayoutCreate(&plan->a, data_type(in), k, n, k), "layout A");
-  check_blas(cublasLtMatrixLayoutCreate(&plan->b, data_type(in), k, m, k), "layout B");
-  check_blas(cublasLtMatrixLayoutCreate(&plan->c, data_type(out), n, m, n), "layout C");
-  check_blas(cublasLtMatrixLayoutCreate(&plan->d, data_type(out), n, m, n), "layout D");
+  // Leading dimensions are the row strides; a batch adds its count and strides to each layout.
+  auto layout = [&](cublasLtMatrixLayout_t& target, Element e, int64_t rows, int64_t cols,
+                    const Strides& at, const char* what) {
+    check_blas(cublasLtMatrixLayoutCreate(&target, data_type(e), rows, cols, at.row), what);
+    if (shape.count > 1) {
+      const int32_t count = static_cast<int32_t>(shape.count);
+      cublasLtMatrixLayoutSetAttribute(target, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                       sizeof count);
+      cublasLtMatrixLayoutSetAttribute(target, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                       &at.batch, sizeof at.batch);
+    }
+  };
+  layout(plan->a, in, k, n, shape.w, "layout A");
+  layout(plan->b, in, k, m, shape.x, "layout B");
+  layout(plan->c, out, n, m, shape.y, "layout C");
+  layout(plan->d, out, n, m, shape.y, "layout D");
 
   cublasLtMatmulPreference_t preference = nullptr;
   check_blas(cublasLtMatmulPreferenceCreate(&preference), "preference");
   const size_t workspace = kWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                        &workspace, sizeof workspace);
-  cublasLtMatmulHeuristicResult_t result{};
+  const bool tuned = tuning_enabled() && m * shape.count >= kTunedRows;
+  cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      handle_, plan->op, plan->a, plan->b, plan->c, plan->d, preference, 1, &result, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle_, plan->op, plan->a, plan->b, plan->c, plan->d,
+                                     preference, tuned ? kCandidates : 1, results, &found);
   cublasLtMatmulPreferenceDestroy(preference);
   if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
     fail("cuBLASLt has no algorithm for a ", m, " x ", n, " x ", k, " product (", with_bias,
          " bias, ", with_residual, " residual)");
   }
-  plan->algo = result.algo;
+  plan->algo = results[0].algo;
+  if (found > 1) {
+    for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
+    plan->output_bytes = static_cast<size_t>(element_size(out)) *
+                         static_cast<size_t>(shape.y.row * (m - 1) + n) *
+                         static_cast<size_t>(shape.count);
+    if (shape.count > 1) {
+      plan->output_bytes += static_cast<size_t>(element_size(out)) *
+                            static_cast<size_t>(shape.y.batch * (shape.count - 1));
+    }
+  }
   return *plan;
+}
+
+void Gemm::tune(Plan& p, const void* x, const void* w, void* y, bool y_is_input,
+                cudaStream_t stream) {
+  if (p.candidates.empty()) return;
+  // A stream being captured into a graph runs nothing now: tune on a later, eager call.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capturing), "gemm tuning");
+  if (capturing != cudaStreamCaptureStatusNone) return;
+  // The candidates write y (C and D both, beta 0), which the real product overwrites next;
+  // unless y is also its input (a residual added in place), when they write a scratch copy
+  // instead, if one that large is reasonable to allocate for a moment.
+  Buffer scratch;
+  void* out = y;
+  if (y_is_input) {
+    if (p.output_bytes > kMaxTuningScratchBytes) {
+      p.candidates.clear();
+      return;
+    }
+    scratch = Buffer(p.output_bytes);
+    out = scratch.data();
+  }
+  cudaEvent_t start = nullptr, stop = nullptr;
+  check(cudaEventCreate(&start), "gemm tuning");
+  check(cudaEventCreate(&stop), "gemm tuning");
+  const float alpha = 1.0f, beta = 0.0f;
+  float best = 0.0f;
+  bool timed = false;  // p.algo stays the first choice unless a candidate ran
+  for (size_t i = 0; i < p.candidates.size(); ++i) {
+    auto run = [&] {
+      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, out, p.c, out, p.d,
+                            &p.candidates[i], workspace_.data(), workspace_.bytes(), stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run here
+    check(cudaEventRecord(start, stream), "gemm tuning");
+    for (int r = 0; r < kTimedRuns; ++r) run();
+    check(cudaEventRecord(stop, stream), "gemm tuning");
+    check(cudaEventSynchronize(stop), "gemm tuning");
+    float milliseconds = 0.0f;
+    check(cudaEventElapsedTime(&milliseconds, start, stop), "gemm tuning");
+    if (!timed || milliseconds < best) {
+      best = milliseconds;
+      p.algo = p.candidates[i];
+      timed = true;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  p.candidates.clear();
 }
 
 void Gemm::linear(Element in, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
                   const void* bias, const void* residual, Element out, void* y,
                   cudaStream_t stream) {
   if (m == 0 || n == 0) return;
-  Plan& p = plan(Key{static_cast<int>(in), static_cast<int>(out), m, n, k, bias != nullptr,
-                     residual != nullptr});
+  Shape shape;
+  shape.in = static_cast<int>(in);
+  shape.out = static_cast<int>(out);
+  shape.m = m, shape.n = n, shape.k = k;
+  shape.bias = bias != nullptr;
+  shape.residual = residual != nullptr;
+  shape.x.row = k, shape.w.row = k, shape.y.row = n;
+  Plan& p = plan(shape);
   if (bias != nullptr) {
     cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   }
+  tune(p, x, w, y, residual == y, stream);
   const float alpha = 1.0f, beta = residual != nullptr ? 1.0f : 0.0f;
   const void* c = residual != nullptr ? residual : y;
   check_blas(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, c, p.c, y, p.d, &p.algo,
                             workspace_.data(), workspace_.bytes(), stream),
              "matmul");
+}
+
+void Gemm::batched(Element in, const void* x, Strides x_at, int64_t m, int64_t k, const void* w,
+                   Strides w_at, int64_t n, Element out, void* y, Strides y_at, int64_t count,
+                   cudaStream_t stream) {
+  if (m == 0 || n == 0 || count == 0) return;
+  Shape shape;
+  shape.in = static_cast<int>(in);
+  shape.out = static_cast<int>(out);
+  shape.m = m, shape.n = n, shape.k = k;
+  shape.x = x_at, shape.w = w_at, shape.y = y_at;
+  shape.count = count;
+  Plan& p = plan(shape);
+  tune(p, x, w, y, false, stream);
+  const float alpha = 1.0f, beta = 0.0f;
+  check_blas(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.d, &p.algo,
+                            workspace_.data(), workspace_.bytes(), stream),
+             "batched matmul");
 }
 
 }  // namespace hark::compute::cuda

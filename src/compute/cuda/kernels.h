@@ -86,6 +86,30 @@ void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_s
                int head_dim, int64_t q_len, int64_t kv_len, float scale, bool causal,
                cudaStream_t stream);
 
+// Scores added to q·k before the softmax, as Transformer-XL's relative positions need them:
+// for sequence b, head h, query i and key j, the term is
+//   scores[b · batch_stride + h · head_stride + i · row_stride + (steps − 1 − i + j)],
+// i.e. row i of a [steps, 2·steps − 1] matrix of position scores read at relative position
+// j − i: the "relative shift" done by the read, with no shifted copy.
+struct RelativeScores {
+  const void* scores = nullptr;  // element type of the attention
+  int64_t row_stride = 0, head_stride = 0, batch_stride = 0;
+  int64_t steps = 0;
+};
+
+// `attention` without causality over a padded batch, on the tensor cores: sequence b has
+// lengths[b] valid steps of the q_len (= kv_len) padded ones; its queries see its first
+// lengths[b] keys, and its rows at or past lengths[b] are written as zeros. With `relative`, its
+// scores are added to q·k (both then scaled). For what padded_attention_runs accepts (16-bit
+// elements, head_dim 64 or 128); its pointers must be 16-byte aligned and its strides multiples
+// of 8 elements, or it fails.
+bool padded_attention_runs(Element e, int head_dim);
+void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
+                      const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
+                      void* out, int64_t out_row_stride, int64_t out_batch_stride,
+                      const int32_t* lengths, const RelativeScores* relative, int batch, int heads,
+                      int head_dim, int64_t steps, float scale, cudaStream_t stream);
+
 // One query per sequence (a decode step): q [batch, heads · head_dim] (row stride q_stride),
 // keys/values of sequence b at k/v + b · kv_batch_stride, one row per position kv_row_stride
 // apart; sequence b attends to its first lengths[b] positions (a device array, so that a captured
@@ -205,5 +229,12 @@ struct KvScatter {
 void decode_linear(Element e, const void* x, int batch, int64_t k_in, const DecodeNorm* norm,
                    const void* w, int64_t n_out, const void* bias, bool gelu, const void* residual,
                    void* y, const KvScatter* scatter, cudaStream_t stream);
+
+// decode_linear without bias, GELU, residual or scatter, its sums stored as F32: y[b, n] (row
+// stride n_out) = Σ_k h[b, k] · W[n, k], h the (optionally normalised) x. For a step's logits,
+// which read the largest matrix of the step and should not lose precision on the way out.
+void decode_linear_f32_out(Element e, const void* x, int batch, int64_t k_in,
+                           const DecodeNorm* norm, const void* w, int64_t n_out, float* y,
+                           cudaStream_t stream);
 
 }  // namespace hark::compute::cuda

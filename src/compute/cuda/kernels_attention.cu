@@ -21,6 +21,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include "base/error.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
@@ -209,14 +210,26 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-template <class T, int kHeadDim>
+// Relative-position scores (RelativeScores) as the kernel reads them.
+template <class T>
+struct RelativeRows {
+  const T* scores;
+  int64_t row_stride, head_stride, batch_stride;
+  int steps;
+};
+
+// With kRelative, each score q·k gets its relative-position score added first. With `lengths`
+// (null: q_len and kv_len for every sequence), sequence b has lengths[b] valid queries and keys,
+// and its query rows from there to q_len are written as zeros.
+template <class T, int kHeadDim, bool kRelative>
 __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
                                   FlashShape<kHeadDim>::kBlocksPerSm)
     flash_attention_kernel(const T* __restrict__ q, int64_t q_row_stride, int64_t q_batch_stride,
                            const T* __restrict__ k, const T* __restrict__ v, int64_t kv_row_stride,
                            int64_t kv_batch_stride, T* __restrict__ out, int64_t out_row_stride,
-                           int64_t out_batch_stride, int q_len, int kv_len, float scale_log2,
-                           bool causal) {
+                           int64_t out_batch_stride, int q_len, int kv_len,
+                           const int32_t* __restrict__ lengths, RelativeRows<T> relative,
+                           float scale_log2, bool causal) {
   using Shape = FlashShape<kHeadDim>;
   constexpr int kRowBlocks = Shape::kRowBlocks;
   constexpr int kThreads = Shape::kThreads;
@@ -237,10 +250,23 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
   k += sequence * kv_batch_stride + head * kHeadDim;
   v += sequence * kv_batch_stride + head * kHeadDim;
   out += sequence * out_batch_stride + head * kHeadDim;
+  const T* relative_rows = nullptr;
+  if constexpr (kRelative) {
+    relative_rows =
+        relative.scores + sequence * relative.batch_stride + head * relative.head_stride;
+  }
+  // The rows that hold this sequence (the rest of q_len is padding, written as zeros).
+  const int rows = q_len;
+  if (lengths != nullptr) {
+    q_len = min(q_len, static_cast<int>(lengths[sequence]));
+    kv_len = min(kv_len, static_cast<int>(lengths[sequence]));
+  }
 
-  // Causal: query i sees keys j ≤ i + offset.
+  // Causal: query i sees keys j ≤ i + offset. A tile of padding rows reads no keys.
   const int offset = kv_len - q_len;
-  const int kv_end = causal ? min(kv_len, first_query + kFlashRows + offset) : kv_len;
+  const int kv_end = first_query >= q_len ? 0
+                     : causal             ? min(kv_len, first_query + kFlashRows + offset)
+                                          : kv_len;
   const int tiles = kv_end > 0 ? (kv_end + kFlashKeys - 1) / kFlashKeys : 0;
 
   const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
@@ -339,8 +365,28 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
       }
     }
 
-    // Mask keys past the end and, for causal, past the diagonal.
     const int first_key = tile * kFlashKeys;
+    if constexpr (kRelative) {
+      // The position scores of this thread's (query, key) pairs: two neighbouring keys per row.
+#pragma unroll
+      for (int rb = 0; rb < kRowBlocks; ++rb) {
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const int row = row_base + rb * 16 + (e >> 1) * 8;
+          if (row >= q_len) continue;
+          const T* scores_row =
+              relative_rows + row * relative.row_stride + relative.steps - 1 - row;
+#pragma unroll
+          for (int n = 0; n < kKeyTiles8; ++n) {
+            const int key = first_key + n * 8 + pair * 2;
+            if (key < kv_len) scores[rb][n][e] += to_float(scores_row[key]);
+            if (key + 1 < kv_len) scores[rb][n][e + 1] += to_float(scores_row[key + 1]);
+          }
+        }
+      }
+    }
+
+    // Mask keys past the end and, for causal, past the diagonal.
     if (first_key + kFlashKeys > kv_len ||
         (causal && first_key + kFlashKeys - 1 > first_query + warp_row + offset)) {
 #pragma unroll
@@ -430,9 +476,10 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
       float sum = row_sum[rb][r];
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;  // a row without keys gets zeros
       const int row = row_base + rb * 16 + r * 8;
-      if (row >= q_len) continue;
+      if (row >= rows) continue;
+      // A row without keys, or one of padding, gets zeros.
+      const float inverse = sum > 0.0f && row < q_len ? 1.0f / sum : 0.0f;
       T* const target = out + row * out_row_stride + pair * 2;
 #pragma unroll
       for (int n = 0; n < kDimTiles8; ++n) {
@@ -851,10 +898,6 @@ __global__ void append_kv_kernel(const Unit* __restrict__ new_k, const Unit* __r
 
 // ---- launchers --------------------------------------------------------------------------------
 
-bool aligned(const void* p, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
-}
-
 // Raises a kernel's dynamic shared memory limit past the default 48 KiB (once per kernel).
 template <class Kernel>
 void allow_shared_memory(Kernel kernel, size_t bytes) {
@@ -874,21 +917,46 @@ struct AttentionArguments {
   int batch, heads, head_dim, q_len, kv_len;
   float scale;
   bool causal;
+  const int32_t* lengths = nullptr;          // padded_attention's
+  const RelativeScores* relative = nullptr;  // padded_attention's
 };
 
-template <class T, int kHeadDim>
-void launch_flash_attention(const AttentionArguments& a, cudaStream_t stream) {
+template <class T, int kHeadDim, bool kRelative>
+void launch_flash_kernel(const AttentionArguments& a, cudaStream_t stream) {
   using Shape = FlashShape<kHeadDim>;
   constexpr size_t shared_bytes = Shape::kSharedBytes;
   static const bool configured =
-      (allow_shared_memory(flash_attention_kernel<T, kHeadDim>, shared_bytes), true);
+      (allow_shared_memory(flash_attention_kernel<T, kHeadDim, kRelative>, shared_bytes), true);
   (void)configured;
+  RelativeRows<T> relative{};
+  if (a.relative != nullptr) {
+    relative = {static_cast<const T*>(a.relative->scores), a.relative->row_stride,
+                a.relative->head_stride, a.relative->batch_stride,
+                static_cast<int>(a.relative->steps)};
+  }
   const dim3 grid((a.q_len + kFlashRows - 1) / kFlashRows, a.heads, a.batch);
-  flash_attention_kernel<T, kHeadDim><<<grid, Shape::kThreads, shared_bytes, stream>>>(
+  flash_attention_kernel<T, kHeadDim, kRelative><<<grid, Shape::kThreads, shared_bytes, stream>>>(
       static_cast<const T*>(a.q), a.q_row_stride, a.q_batch_stride, static_cast<const T*>(a.k),
       static_cast<const T*>(a.v), a.kv_row_stride, a.kv_batch_stride, static_cast<T*>(a.out),
-      a.out_row_stride, a.out_batch_stride, a.q_len, a.kv_len, a.scale * kLog2e, a.causal);
+      a.out_row_stride, a.out_batch_stride, a.q_len, a.kv_len, a.lengths, relative,
+      a.scale * kLog2e, a.causal);
   check_launch("flash attention");
+}
+
+template <class T, int kHeadDim>
+void launch_flash_attention(const AttentionArguments& a, cudaStream_t stream) {
+  if (a.relative != nullptr) {
+    launch_flash_kernel<T, kHeadDim, true>(a, stream);
+  } else {
+    launch_flash_kernel<T, kHeadDim, false>(a, stream);
+  }
+}
+
+// Whether the tensor-core kernel can take these rows: it moves them in 16-byte pieces.
+bool flash_aligned(const AttentionArguments& a) {
+  return aligned(a.q, 16) && aligned(a.k, 16) && aligned(a.v, 16) && aligned(a.out, 16) &&
+         a.q_row_stride % 8 == 0 && a.q_batch_stride % 8 == 0 && a.kv_row_stride % 8 == 0 &&
+         a.kv_batch_stride % 8 == 0 && a.out_row_stride % 8 == 0 && a.out_batch_stride % 8 == 0;
 }
 
 template <class T>
@@ -910,12 +978,8 @@ void launch_generic_attention(const AttentionArguments& a, cudaStream_t stream) 
 template <class T>
 void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
   if constexpr (sizeof(T) == 2) {
-    // The tensor-core kernel moves rows in 16-byte pieces, and takes row maxima of unscaled
-    // scores (scale > 0).
-    const bool fits = a.scale > 0.0f && aligned(a.q, 16) && aligned(a.k, 16) && aligned(a.v, 16) &&
-                      aligned(a.out, 16) && a.q_row_stride % 8 == 0 && a.q_batch_stride % 8 == 0 &&
-                      a.kv_row_stride % 8 == 0 && a.kv_batch_stride % 8 == 0 &&
-                      a.out_row_stride % 8 == 0 && a.out_batch_stride % 8 == 0;
+    // The tensor-core kernel takes row maxima of unscaled scores (scale > 0).
+    const bool fits = a.scale > 0.0f && flash_aligned(a);
     if (fits && a.head_dim == 64) return launch_flash_attention<T, 64>(a, stream);
     if (fits && a.head_dim == 128) return launch_flash_attention<T, 128>(a, stream);
   }
@@ -1024,6 +1088,54 @@ void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_s
                                      scale,
                                      causal};
   with_type(e, [&](auto zero) { launch_attention<decltype(zero)>(arguments, stream); });
+}
+
+bool padded_attention_runs(Element e, int head_dim) {
+  return e != Element::f32 && (head_dim == 64 || head_dim == 128);
+}
+
+void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
+                      const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
+                      void* out, int64_t out_row_stride, int64_t out_batch_stride,
+                      const int32_t* lengths, const RelativeScores* relative, int batch, int heads,
+                      int head_dim, int64_t steps, float scale, cudaStream_t stream) {
+  if (batch <= 0 || heads <= 0 || steps <= 0) return;
+  AttentionArguments a{q,
+                       q_row_stride,
+                       q_batch_stride,
+                       k,
+                       v,
+                       kv_row_stride,
+                       kv_batch_stride,
+                       out,
+                       out_row_stride,
+                       out_batch_stride,
+                       batch,
+                       heads,
+                       head_dim,
+                       static_cast<int>(steps),
+                       static_cast<int>(steps),
+                       scale,
+                       false};
+  a.lengths = lengths;
+  a.relative = relative;
+  if (!padded_attention_runs(e, head_dim) || !(scale > 0.0f) || !flash_aligned(a) ||
+      (relative != nullptr && !aligned(relative->scores, 2))) {
+    fail(
+        "padded attention: needs F16/BF16, head_dim 64 or 128, scale > 0 and 16-byte aligned "
+        "rows (got head_dim ",
+        head_dim, ")");
+  }
+  with_type(e, [&](auto zero) {
+    using T = decltype(zero);
+    if constexpr (sizeof(T) == 2) {
+      if (head_dim == 64) {
+        launch_flash_attention<T, 64>(a, stream);
+      } else {
+        launch_flash_attention<T, 128>(a, stream);
+      }
+    }
+  });
 }
 
 void decode_attention(Element e, const void* q, int64_t q_stride, const void* k, const void* v,

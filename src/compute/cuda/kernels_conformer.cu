@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
@@ -20,15 +21,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// Grid-stride loops cover any count; the grid stops growing once it fills the GPU many times.
-unsigned flat_blocks(int64_t count) {
-  return static_cast<unsigned>(std::clamp<int64_t>(ceil_div(count, kThreads), 1, 65536));
-}
-
-#define HARK_FLAT_LOOP(i, count)                                                             \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
-
 __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
@@ -40,76 +32,117 @@ __device__ __forceinline__ float relu_value(float x) {
 
 // ---- Convolutional subsampling ----------------------------------------------------------------
 
-template <class T>
-__global__ void conv2d_one_channel_kernel(const T* x, int batch, int64_t height, int64_t width,
-                                          const int32_t* heights, const T* w, const T* bias,
-                                          int64_t channels, int kernel, int stride, int padding,
-                                          bool relu, int64_t out_height, int64_t out_width, T* y) {
-  const int64_t count = batch * out_height * out_width * channels;
-  HARK_FLAT_LOOP(i, count) {
-    const int64_t c = i % channels;
-    int64_t rest = i / channels;
-    const int64_t f = rest % out_width;
-    rest /= out_width;
-    const int64_t t = rest % out_height;
-    const int64_t b = rest / out_height;
-    const int64_t valid_rows = min(static_cast<int64_t>(heights[b]), height);
-    const T* image = x + b * height * width;
-    const T* taps = w + c * kernel * kernel;
-    float sum = bias != nullptr ? to_float(bias[c]) : 0.0f;
-    for (int ki = 0; ki < kernel; ++ki) {
-      const int64_t row = t * stride - padding + ki;
-      if (row < 0 || row >= valid_rows) continue;
-      for (int kj = 0; kj < kernel; ++kj) {
-        const int64_t col = f * stride - padding + kj;
-        if (col < 0 || col >= width) continue;
-        sum = fmaf(to_float(taps[ki * kernel + kj]), to_float(image[row * width + col]), sum);
+// Both subsampling convolutions. One block per output row (b, t): threads along x take packs of
+// N channels (16 bytes when the channels allow), threads along y the row's columns in turn. A
+// thread keeps its channels' taps in registers and reads each input pixel once for all N of them
+// (one value with one input channel, N neighbouring ones for a depthwise convolution), so loads
+// are 1/N of the multiply-adds; writes are whole packs; no index is divided per output.
+// kDepthwise: channel c reads input channel c of channels-last x; otherwise every channel reads
+// the one channel of x. kKernel: the kernel size when known at compile time (3, every
+// FastConformer), 0 for any other (taps then come from memory).
+template <class T, bool kDepthwise, int kKernel, int N>
+__global__ void conv2d_rows_kernel(const T* x, int64_t height, int64_t width, int64_t channels,
+                                   const int32_t* heights, const T* w, const T* bias,
+                                   int runtime_kernel, int stride, int padding, bool relu,
+                                   int64_t out_height, int64_t out_width, T* y) {
+  const int kernel = kKernel > 0 ? kKernel : runtime_kernel;
+  const int64_t output_row = blockIdx.x;  // b · out_height + t
+  const int64_t b = output_row / out_height, t = output_row - b * out_height;
+  const int64_t valid_rows = min(static_cast<int64_t>(heights[b]), height);
+  const int64_t in_channels = kDepthwise ? channels : 1;
+  const T* image = x + b * height * width * in_channels;
+  const int64_t first_input_row = t * stride - padding;
+  const int64_t packs = channels / N;
+  for (int64_t pack = threadIdx.x; pack < packs; pack += blockDim.x) {
+    const int64_t c0 = pack * N;
+    constexpr int kTaps = kKernel > 0 ? kKernel * kKernel : 1;
+    float taps[kTaps][N];
+    if constexpr (kKernel > 0) {
+#pragma unroll
+      for (int k = 0; k < kTaps; ++k) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) taps[k][n] = to_float(w[(c0 + n) * kTaps + k]);
       }
     }
-    y[i] = from_float<T>(relu ? relu_value(sum) : sum);
+    float start[N];
+    if (bias != nullptr) {
+      load_pack(bias + c0, start);
+    } else {
+#pragma unroll
+      for (int n = 0; n < N; ++n) start[n] = 0.0f;
+    }
+    const T* column_c = image + (kDepthwise ? c0 : 0);
+    for (int64_t f = threadIdx.y; f < out_width; f += blockDim.y) {
+      float sum[N];
+#pragma unroll
+      for (int n = 0; n < N; ++n) sum[n] = start[n];
+      const int64_t first_col = f * stride - padding;
+      // With kKernel > 0 both loops have constant bounds: unrolled, the taps stay in registers.
+#pragma unroll
+      for (int i = 0; i < kernel; ++i) {
+        const int64_t row = first_input_row + i;
+        if (row < 0 || row >= valid_rows) continue;
+#pragma unroll
+        for (int j = 0; j < kernel; ++j) {
+          const int64_t col = first_col + j;
+          if (col < 0 || col >= width) continue;
+          float in[N];
+          if constexpr (kDepthwise) {
+            load_pack(column_c + (row * width + col) * in_channels, in);
+          } else {
+            const float value = to_float(column_c[row * width + col]);
+#pragma unroll
+            for (int n = 0; n < N; ++n) in[n] = value;
+          }
+#pragma unroll
+          for (int n = 0; n < N; ++n) {
+            float tap;
+            if constexpr (kKernel > 0) {
+              tap = taps[i * kernel + j][n];
+            } else {
+              tap = to_float(w[(c0 + n) * kernel * kernel + i * kernel + j]);
+            }
+            sum[n] = fmaf(tap, in[n], sum[n]);
+          }
+        }
+      }
+      if (relu) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) sum[n] = relu_value(sum[n]);
+      }
+      store_pack(sum, y + (output_row * out_width + f) * channels + c0);
+    }
   }
 }
 
-template <class T>
-__global__ void depthwise_conv2d_kernel(const T* x, int batch, int64_t height, int64_t width,
-                                        int64_t channels, const int32_t* heights, const T* w,
-                                        const T* bias, int kernel, int stride, int padding,
-                                        int64_t out_height, int64_t out_width, T* y) {
-  const int64_t count = batch * out_height * out_width * channels;
-  HARK_FLAT_LOOP(i, count) {
-    const int64_t c = i % channels;
-    int64_t rest = i / channels;
-    const int64_t f = rest % out_width;
-    rest /= out_width;
-    const int64_t t = rest % out_height;
-    const int64_t b = rest / out_height;
-    const int64_t valid_rows = min(static_cast<int64_t>(heights[b]), height);
-    const T* image = x + b * height * width * channels;
-    const T* taps = w + c * kernel * kernel;
-    float sum = bias != nullptr ? to_float(bias[c]) : 0.0f;
-    for (int ki = 0; ki < kernel; ++ki) {
-      const int64_t row = t * stride - padding + ki;
-      if (row < 0 || row >= valid_rows) continue;
-      for (int kj = 0; kj < kernel; ++kj) {
-        const int64_t col = f * stride - padding + kj;
-        if (col < 0 || col >= width) continue;
-        sum = fmaf(to_float(taps[ki * kernel + kj]),
-                   to_float(image[(row * width + col) * channels + c]), sum);
-      }
-    }
-    y[i] = from_float<T>(sum);
-  }
-}
-
-// Walks the output in order (coalesced writes); the matrices are a few thousand values each.
-template <class T>
-__global__ void swap_last_axes_kernel(const T* x, int64_t count, int64_t rows, int64_t cols, T* y) {
-  const int64_t total = count * rows * cols;
-  HARK_FLAT_LOOP(o, total) {
-    const int64_t i = o % rows;  // y[a, j, i]
-    const int64_t j = (o / rows) % cols;
-    const int64_t a = o / (rows * cols);
-    y[o] = x[(a * rows + i) * cols + j];
+template <class T, bool kDepthwise>
+void launch_conv2d_rows(const void* x, int batch, int64_t height, int64_t width, int64_t channels,
+                        const int32_t* heights, const void* w, const void* bias, int kernel,
+                        int stride, int padding, bool relu, int64_t out_height, int64_t out_width,
+                        void* y, cudaStream_t stream) {
+  const int64_t rows = batch * out_height;
+  if (rows > INT32_MAX) fail("subsampling convolution: ", rows, " output rows are too many");
+  auto launch = [&](auto kernel_size, auto pack) {
+    constexpr int N = decltype(pack)::value;
+    const int64_t packs = channels / N;
+    const int along_x = static_cast<int>(std::min<int64_t>(kThreads, ceil_div(packs, 32) * 32));
+    const int along_y = static_cast<int>(std::clamp<int64_t>(kThreads / along_x, 1, out_width));
+    conv2d_rows_kernel<T, kDepthwise, decltype(kernel_size)::value, N>
+        <<<static_cast<unsigned>(rows), dim3(along_x, along_y), 0, stream>>>(
+            static_cast<const T*>(x), height, width, channels, heights, static_cast<const T*>(w),
+            static_cast<const T*>(bias), kernel, stride, padding, relu, out_height, out_width,
+            static_cast<T*>(y));
+  };
+  // Packs of 16 bytes: 8 channels of 16-bit values, 4 of F32.
+  constexpr int kChannelPack = kWidePack<T>;
+  const bool packed = packable(channels, kChannelPack, sizeof(T), {bias, y}) &&
+                      (!kDepthwise || aligned(x, kChannelPack * sizeof(T)));
+  if (kernel == 3 && packed) {
+    launch(std::integral_constant<int, 3>{}, std::integral_constant<int, kChannelPack>{});
+  } else if (kernel == 3) {
+    launch(std::integral_constant<int, 3>{}, std::integral_constant<int, 1>{});
+  } else {
+    launch(std::integral_constant<int, 0>{}, std::integral_constant<int, 1>{});
   }
 }
 
@@ -117,19 +150,26 @@ __global__ void swap_last_axes_kernel(const T* x, int64_t count, int64_t rows, i
 
 enum class Map { relu, silu, scale };
 
-template <class T, Map kMap>
-__global__ void map_kernel(T* x, int64_t n, float factor) {
-  HARK_FLAT_LOOP(i, n) {
-    const float value = to_float(x[i]);
-    float result;
-    if constexpr (kMap == Map::relu) {
-      result = relu_value(value);
-    } else if constexpr (kMap == Map::silu) {
-      result = value * sigmoid(value);
-    } else {
-      result = value * factor;
-    }
-    x[i] = from_float<T>(result);
+template <Map kMap>
+__device__ __forceinline__ float mapped(float value, float factor) {
+  if constexpr (kMap == Map::relu) {
+    return relu_value(value);
+  } else if constexpr (kMap == Map::silu) {
+    return value * sigmoid(value);
+  } else {
+    return value * factor;
+  }
+}
+
+// Packs of N values (N > 1 when x is aligned to whole packs); these maps are memory-bound.
+template <class T, Map kMap, int N>
+__global__ void map_kernel(T* x, int64_t packs, float factor) {
+  HARK_FLAT_LOOP(pack, packs) {
+    float values[N];
+    load_pack(x + pack * N, values);
+#pragma unroll
+    for (int i = 0; i < N; ++i) values[i] = mapped<kMap>(values[i], factor);
+    store_pack(values, x + pack * N);
   }
 }
 
@@ -138,42 +178,94 @@ void launch_map(Element e, void* x, int64_t n, float factor, cudaStream_t stream
   if (n <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    map_kernel<T, kMap><<<flat_blocks(n), kThreads, 0, stream>>>(static_cast<T*>(x), n, factor);
+    constexpr int kPack = kWidePack<T>;
+    if (packable(n, kPack, sizeof(T), {x})) {
+      map_kernel<T, kMap, kPack><<<flat_blocks(n / kPack, kThreads), kThreads, 0, stream>>>(
+          static_cast<T*>(x), n / kPack, factor);
+    } else {
+      map_kernel<T, kMap, 1>
+          <<<flat_blocks(n, kThreads), kThreads, 0, stream>>>(static_cast<T*>(x), n, factor);
+    }
   });
   check_launch("elementwise map");
 }
 
-template <class T>
+// Rows along grid y, packs of N channels along x: no index is divided.
+template <class T, int N>
 __global__ void glu_kernel(const T* x, int64_t rows, int64_t channels, T* y) {
-  const int64_t count = rows * channels;
-  HARK_FLAT_LOOP(i, count) {
-    const int64_t r = i / channels, c = i % channels;
+  const int64_t packs = channels / N;
+  HARK_ROW_LOOP(r, rows) {
     const T* row = x + r * 2 * channels;
-    y[i] = from_float<T>(to_float(row[c]) * sigmoid(to_float(row[channels + c])));
+    HARK_PACK_LOOP(pack, packs) {
+      float value[N], gate[N];
+      load_pack(row + pack * N, value);
+      load_pack(row + channels + pack * N, gate);
+#pragma unroll
+      for (int i = 0; i < N; ++i) value[i] *= sigmoid(gate[i]);
+      store_pack(value, y + r * channels + pack * N);
+    }
+  }
+}
+
+template <class T, int N>
+__global__ void biased_queries_kernel(const T* q, int64_t q_row_stride, int64_t rows, int64_t width,
+                                      const T* bias_u, const T* bias_v, T* y) {
+  const int64_t packs = width / N;
+  HARK_ROW_LOOP(r, rows) {
+    HARK_PACK_LOOP(pack, packs) {
+      float value[N], u[N], v[N];
+      load_pack(q + r * q_row_stride + pack * N, value);
+      load_pack(bias_u + pack * N, u);
+      load_pack(bias_v + pack * N, v);
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        u[i] += value[i];
+        v[i] += value[i];
+      }
+      store_pack(u, y + r * 2 * width + pack * N);
+      store_pack(v, y + r * 2 * width + width + pack * N);
+    }
   }
 }
 
 // ---- Depthwise 1-D convolution ----------------------------------------------------------------
 
-template <class T>
-__global__ void depthwise_conv1d_kernel(const T* x, int batch, int64_t steps, int64_t channels,
+// Rows (b, t) along grid y, packs of N channels along x; the taps of a channel are a column
+// of w, read through the cache.
+template <class T, int N>
+__global__ void depthwise_conv1d_kernel(const T* x, int64_t steps, int64_t rows, int64_t channels,
                                         const int32_t* lengths, const T* w, const T* bias,
                                         int kernel, bool silu, T* y) {
-  const int64_t count = batch * steps * channels;
   const int half = (kernel - 1) / 2;
-  HARK_FLAT_LOOP(i, count) {
-    const int64_t c = i % channels;
-    const int64_t row = i / channels;
-    const int64_t b = row / steps, t = row % steps;
+  const int64_t packs = channels / N;
+  HARK_ROW_LOOP(row, rows) {
+    const int64_t b = row / steps, t = row - b * steps;
     const int64_t valid = min(static_cast<int64_t>(lengths[b]), steps);
     const T* sequence = x + b * steps * channels;
-    float sum = bias != nullptr ? to_float(bias[c]) : 0.0f;
-    for (int j = 0; j < kernel; ++j) {
-      const int64_t source = t + j - half;
-      if (source < 0 || source >= valid) continue;
-      sum = fmaf(to_float(w[c * kernel + j]), to_float(sequence[source * channels + c]), sum);
+    HARK_PACK_LOOP(pack, packs) {
+      const int64_t c0 = pack * N;
+      float sum[N];
+      if (bias != nullptr) {
+        load_pack(bias + c0, sum);
+      } else {
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum[i] = 0.0f;
+      }
+      for (int j = 0; j < kernel; ++j) {
+        const int64_t source = t + j - half;
+        if (source < 0 || source >= valid) continue;
+        float values[N];
+        load_pack(sequence + source * channels + c0, values);
+#pragma unroll
+        for (int i = 0; i < N; ++i)
+          sum[i] = fmaf(to_float(w[(c0 + i) * kernel + j]), values[i], sum[i]);
+      }
+      if (silu) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum[i] *= sigmoid(sum[i]);
+      }
+      store_pack(sum, y + row * channels + c0);
     }
-    y[i] = from_float<T>(silu ? sum * sigmoid(sum) : sum);
   }
 }
 
@@ -444,14 +536,11 @@ void conv2d_one_channel(Element e, const void* x, int batch, int64_t height, int
                         cudaStream_t stream) {
   const int64_t out_height = conv_output_size(height, kernel, stride, padding);
   const int64_t out_width = conv_output_size(width, kernel, stride, padding);
-  const int64_t count = batch * out_height * out_width * channels;
-  if (count <= 0) return;
+  if (batch <= 0 || out_height <= 0 || out_width <= 0 || channels <= 0) return;
   with_type(e, [&](auto type) {
-    using T = decltype(type);
-    conv2d_one_channel_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), batch, height, width, heights, static_cast<const T*>(w),
-        static_cast<const T*>(bias), channels, kernel, stride, padding, relu, out_height, out_width,
-        static_cast<T*>(y));
+    launch_conv2d_rows<decltype(type), false>(x, batch, height, width, channels, heights, w, bias,
+                                              kernel, stride, padding, relu, out_height, out_width,
+                                              y, stream);
   });
   check_launch("conv2d_one_channel");
 }
@@ -461,28 +550,13 @@ void depthwise_conv2d(Element e, const void* x, int batch, int64_t height, int64
                       int kernel, int stride, int padding, void* y, cudaStream_t stream) {
   const int64_t out_height = conv_output_size(height, kernel, stride, padding);
   const int64_t out_width = conv_output_size(width, kernel, stride, padding);
-  const int64_t count = batch * out_height * out_width * channels;
-  if (count <= 0) return;
+  if (batch <= 0 || out_height <= 0 || out_width <= 0 || channels <= 0) return;
   with_type(e, [&](auto type) {
-    using T = decltype(type);
-    depthwise_conv2d_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), batch, height, width, channels, heights, static_cast<const T*>(w),
-        static_cast<const T*>(bias), kernel, stride, padding, out_height, out_width,
-        static_cast<T*>(y));
+    launch_conv2d_rows<decltype(type), true>(x, batch, height, width, channels, heights, w, bias,
+                                             kernel, stride, padding, /*relu=*/false, out_height,
+                                             out_width, y, stream);
   });
   check_launch("depthwise_conv2d");
-}
-
-void swap_last_axes(Element e, const void* x, int64_t count, int64_t rows, int64_t cols, void* y,
-                    cudaStream_t stream) {
-  const int64_t total = count * rows * cols;
-  if (total <= 0) return;
-  with_type(e, [&](auto type) {
-    using T = decltype(type);
-    swap_last_axes_kernel<T><<<flat_blocks(total), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), count, rows, cols, static_cast<T*>(y));
-  });
-  check_launch("swap_last_axes");
 }
 
 void relu(Element e, void* x, int64_t n, cudaStream_t stream) {
@@ -498,26 +572,65 @@ void scale(Element e, void* x, int64_t n, float factor, cudaStream_t stream) {
 }
 
 void glu(Element e, const void* x, int64_t rows, int64_t channels, void* y, cudaStream_t stream) {
-  const int64_t count = rows * channels;
-  if (count <= 0) return;
+  if (rows <= 0 || channels <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    glu_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(static_cast<const T*>(x), rows,
+    auto launch = [&](auto pack) {
+      constexpr int N = decltype(pack)::value;
+      const RowLaunch shape = row_launch(rows, channels / N);
+      glu_kernel<T, N><<<shape.grid, shape.block, 0, stream>>>(static_cast<const T*>(x), rows,
                                                                channels, static_cast<T*>(y));
+    };
+    if (packable(channels, kWidePack<T>, sizeof(T), {x, y})) {
+      launch(std::integral_constant<int, kWidePack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
   check_launch("glu");
+}
+
+void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows, int64_t width,
+                    const void* bias_u, const void* bias_v, void* y, cudaStream_t stream) {
+  if (rows <= 0 || width <= 0) return;
+  with_type(e, [&](auto type) {
+    using T = decltype(type);
+    auto launch = [&](auto pack) {
+      constexpr int N = decltype(pack)::value;
+      const RowLaunch shape = row_launch(rows, width / N);
+      biased_queries_kernel<T, N><<<shape.grid, shape.block, 0, stream>>>(
+          static_cast<const T*>(q), q_row_stride, rows, width, static_cast<const T*>(bias_u),
+          static_cast<const T*>(bias_v), static_cast<T*>(y));
+    };
+    if (packable(width, kWidePack<T>, sizeof(T), {q, bias_u, bias_v, y}) &&
+        q_row_stride % kWidePack<T> == 0) {
+      launch(std::integral_constant<int, kWidePack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
+  });
+  check_launch("biased_queries");
 }
 
 void depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
                       const int32_t* lengths, const void* w, const void* bias, int kernel,
                       bool silu, void* y, cudaStream_t stream) {
-  const int64_t count = batch * steps * channels;
-  if (count <= 0) return;
+  const int64_t rows = batch * steps;
+  if (rows <= 0 || channels <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    depthwise_conv1d_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), batch, steps, channels, lengths, static_cast<const T*>(w),
-        static_cast<const T*>(bias), kernel, silu, static_cast<T*>(y));
+    auto launch = [&](auto pack) {
+      constexpr int N = decltype(pack)::value;
+      const RowLaunch shape = row_launch(rows, channels / N);
+      depthwise_conv1d_kernel<T, N><<<shape.grid, shape.block, 0, stream>>>(
+          static_cast<const T*>(x), steps, rows, channels, lengths, static_cast<const T*>(w),
+          static_cast<const T*>(bias), kernel, silu, static_cast<T*>(y));
+    };
+    if (packable(channels, kWidePack<T>, sizeof(T), {x, bias, y})) {
+      launch(std::integral_constant<int, kWidePack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
   });
   check_launch("depthwise_conv1d");
 }
@@ -571,7 +684,7 @@ void embedding(Element e, const void* table, const int32_t* ids, int64_t n, int6
   if (count <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    embedding_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(
+    embedding_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(table), ids, n, cols, static_cast<T*>(y));
   });
   check_launch("embedding");
@@ -583,7 +696,7 @@ void lstm_cell(Element e, const void* gates, const int32_t* ids, int64_t batch, 
   if (count <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    lstm_cell_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(
+    lstm_cell_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(gates), ids, batch, hidden, c, static_cast<T*>(h));
   });
   check_launch("lstm_cell");
@@ -595,7 +708,7 @@ void copy_rows_where(Element e, const void* x, const int32_t* ids, int64_t rows,
   if (count <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    copy_rows_where_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(
+    copy_rows_where_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(x), ids, rows, cols, static_cast<T*>(y));
   });
   check_launch("copy_rows_where");
@@ -607,7 +720,7 @@ void joint_hidden(Element e, const void* encoder, const void* prediction, const 
   if (count <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    joint_hidden_kernel<T><<<flat_blocks(count), kThreads, 0, stream>>>(
+    joint_hidden_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
         static_cast<const T*>(encoder), static_cast<const T*>(prediction), rows, n, cols,
         static_cast<T*>(y));
   });

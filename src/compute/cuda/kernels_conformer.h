@@ -40,10 +40,6 @@ void depthwise_conv2d(Element e, const void* x, int batch, int64_t height, int64
                       int64_t channels, const int32_t* heights, const void* w, const void* bias,
                       int kernel, int stride, int padding, void* y, cudaStream_t stream);
 
-// y[a, j, i] = x[a, i, j] for x [count, rows, cols]: y [count, cols, rows].
-void swap_last_axes(Element e, const void* x, int64_t count, int64_t rows, int64_t cols, void* y,
-                    cudaStream_t stream);
-
 // ---- Elementwise ------------------------------------------------------------------------------
 
 // In place over n values: max(x, 0); x · σ(x); x · factor.
@@ -81,6 +77,13 @@ void rel_pos_attention(Element e, const void* q, const void* k, const void* v, i
                        const int32_t* lengths, int batch, int64_t steps, int heads, int head_dim,
                        float scale, void* out, int64_t out_row_stride, cudaStream_t stream);
 
+// The two biased queries of relative-position attention for the tensor-core path (the product of
+// q + v' with the position table runs as a GEMM): for `rows` rows of q (row stride
+// q_row_stride) of `width` values, y[r, 0:width] = q[r] + bias_u and y[r, width:2·width] =
+// q[r] + bias_v, rounded to element type e. y [rows, 2·width] dense.
+void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows, int64_t width,
+                    const void* bias_u, const void* bias_v, void* y, cudaStream_t stream);
+
 // ---- Heads ------------------------------------------------------------------------------------
 
 // Finishes F32 logits [rows, cols] in place and picks from them: logits[r, :] += bias (element
@@ -112,5 +115,62 @@ void copy_rows_where(Element e, const void* x, const int32_t* ids, int64_t rows,
 // rows).
 void joint_hidden(Element e, const void* encoder, const void* prediction, const int32_t* rows,
                   int64_t n, int64_t cols, void* y, cudaStream_t stream);
+
+// ---- Greedy transducer search (kernels_transducer.cu) -----------------------------------------
+//
+// RNN-T and TDT greedy decoding (docs/parakeet.md 5.2, 5.3) of a batch of utterances with the
+// decisions taken on the device, so that a decode runs without waiting for the host. A step looks
+// `window` frames ahead: the joint network evaluates each utterance's prediction against the
+// encoder frames [frame, frame + window), and the search walks them in order as long as they are
+// blanks, which leave the prediction as it is (so the later frames' logits are the ones the
+// one-frame-at-a-time search would compute). The walk ends at a token (the prediction network
+// must take it), at the end of the window, or when the utterance is done.
+
+// The rules of models/parakeet/greedy.h (TransducerSearch::next_step and decide), and the
+// benchmarks' emission pattern (EmissionPattern, models/parakeet/model.h) when
+// pattern_frames_per_token > 0.
+struct TransducerRules {
+  bool tdt = false;                      // else RNN-T
+  int32_t blank = 0;                     // the blank's id
+  int32_t vocab_size = 0;                // V (the pattern's tokens)
+  int32_t max_symbols_per_step = 1;      // RNN-T: tokens per frame; both: steps ≤ this · frames
+  int32_t pattern_frames_per_token = 0;  // > 0: the pattern's decisions replace the argmax's
+  int32_t pattern_duration = 1;          // TDT: the duration index of the pattern's tokens
+};
+
+// Per-utterance search state, device arrays of `batch` entries (emissions: [capacity, batch, 3]).
+// All zeros (besides frames) is the start of a decode.
+struct TransducerState {
+  const int32_t* frames = nullptr;  // valid encoder frames T of each utterance
+  int32_t* frame = nullptr;         // the frame pointer
+  int32_t* steps = nullptr;         // decisions taken (the bound: max_symbols_per_step · T)
+  int32_t* symbols = nullptr;       // RNN-T: tokens emitted on the current frame
+  int32_t* count = nullptr;         // emissions so far
+  // Emission j of utterance b at (j · batch + b) · 3: token, frame, duration (as
+  // models/parakeet/model.h's Emission), slot-major so that the first n slots of every utterance
+  // are one contiguous prefix.
+  int32_t* emissions = nullptr;
+  int32_t capacity = 0;         // slots per utterance: at least max_symbols_per_step · max T
+  int32_t* decoding = nullptr;  // one value: the utterances not yet done after the last step
+};
+
+// The joint network's rows for a step (joint_hidden's `rows`, n = batch · window): for utterance
+// b and w < window, rows[b · window + w] = b · padded_frames + min(frame[b] + w, frames[b] − 1)
+// (the encoder row; clamped, since a window may reach past the last frame, where the search
+// never reads), rows[n + b · window + w] = b (the prediction's row).
+void transducer_rows(TransducerState state, int batch, int window, int64_t padded_frames,
+                     int32_t* rows, cudaStream_t stream);
+
+// Takes each utterance's decisions for one step: tokens[b · window + w] is the argmax of the
+// token logits of transducer_rows' row b · window + w, durations likewise of the duration logits
+// (TDT; ignored for RNN-T). From frame[b], while the utterance is not done (frame < T and steps <
+// max_symbols_per_step · T) and the frame lies in the window, applies one decision as
+// TransducerSearch::decide does (counting it in steps), appending what it emits; it stops after a
+// token. ids[b] = that token, or −1 when none (a done utterance: −1 and nothing changes), for the
+// prediction network (embedding, lstm_cell and copy_rows_where leave rows with ids < 0 alone).
+// Writes decoding[0]. One thread per utterance.
+void transducer_decide(const TransducerRules& rules, TransducerState state, int batch, int window,
+                       const int32_t* tokens, const int32_t* durations, int32_t* ids,
+                       cudaStream_t stream);
 
 }  // namespace hark::compute::cuda

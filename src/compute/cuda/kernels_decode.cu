@@ -79,7 +79,8 @@ struct Params {
   bool gelu = false;
   const T* residual = nullptr;
   T* y = nullptr;
-  int64_t width = 0;  // 0: no scatter
+  float* y_f32 = nullptr;  // instead of y: the sums in F32 (logits)
+  int64_t width = 0;       // 0: no scatter
   T* k_cache = nullptr;
   T* v_cache = nullptr;
   int64_t cache_batch_stride = 0;
@@ -217,6 +218,10 @@ __device__ __forceinline__ void store_output(const Params<T>& p, int b, int64_t 
   if (b >= p.batch || n >= p.n_out) return;
   if (p.bias != nullptr) value += to_float(p.bias[n]);
   if (p.gelu) value = gelu_erf(value);
+  if (p.y_f32 != nullptr) {
+    p.y_f32[b * p.n_out + n] = value;
+    return;
+  }
   if (p.width == 0) {
     const int64_t at = b * p.n_out + n;
     if (p.residual != nullptr) value += to_float(p.residual[at]);  // read before y[at] is written
@@ -471,7 +476,7 @@ void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
 
 template <class T>
 void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w, int64_t n_out,
-         const T* bias, bool gelu, const T* residual, T* y, const KvScatter* scatter,
+         const T* bias, bool gelu, const T* residual, T* y, float* y_f32, const KvScatter* scatter,
          cudaStream_t stream) {
   constexpr bool kTensorCores = !std::is_same_v<T, float>;
   const int64_t n_chunks = ceil_div(k_in, chunk_values<T>());
@@ -509,7 +514,11 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w
     p.bias = bias;
     p.gelu = gelu;
     p.residual = residual != nullptr ? residual + first * n_out : nullptr;
-    p.y = y + first * y_stride;
+    if (y_f32 != nullptr) {
+      p.y_f32 = y_f32 + first * n_out;
+    } else {
+      p.y = y + first * y_stride;
+    }
     if (scatter != nullptr) {
       p.width = scatter->width;
       p.cache_batch_stride = scatter->cache_batch_stride;
@@ -553,10 +562,10 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w
 
 }  // namespace
 
-void decode_linear(Element e, const void* x, int batch, int64_t k_in, const DecodeNorm* norm,
-                   const void* w, int64_t n_out, const void* bias, bool gelu, const void* residual,
-                   void* y, const KvScatter* scatter, cudaStream_t stream) {
-  if (batch <= 0 || n_out <= 0) return;
+namespace {
+
+// What every decode_linear launch needs of x, W and the norm.
+void check_inputs(const void* x, int64_t k_in, const DecodeNorm* norm, const void* w) {
   // Rows of x and W move in 16-byte loads.
   if (k_in <= 0 || k_in % 8 != 0) {
     fail("decode_linear: k_in ", k_in, " is not a positive multiple of 8");
@@ -570,6 +579,15 @@ void decode_linear(Element e, const void* x, int batch, int64_t k_in, const Deco
       fail("decode_linear: the norm's gamma and beta must be 16-byte aligned");
     }
   }
+}
+
+}  // namespace
+
+void decode_linear(Element e, const void* x, int batch, int64_t k_in, const DecodeNorm* norm,
+                   const void* w, int64_t n_out, const void* bias, bool gelu, const void* residual,
+                   void* y, const KvScatter* scatter, cudaStream_t stream) {
+  if (batch <= 0 || n_out <= 0) return;
+  check_inputs(x, k_in, norm, w);
   if (scatter != nullptr) {
     if (scatter->width <= 0 || n_out != 3 * scatter->width) {
       fail("decode_linear: a K/V scatter needs n_out = 3 · width, not ", n_out, " for width ",
@@ -585,7 +603,19 @@ void decode_linear(Element e, const void* x, int batch, int64_t k_in, const Deco
     using T = decltype(tag);
     run<T>(static_cast<const T*>(x), batch, k_in, norm, static_cast<const T*>(w), n_out,
            static_cast<const T*>(bias), gelu, static_cast<const T*>(residual), static_cast<T*>(y),
-           scatter, stream);
+           nullptr, scatter, stream);
+  });
+}
+
+void decode_linear_f32_out(Element e, const void* x, int batch, int64_t k_in,
+                           const DecodeNorm* norm, const void* w, int64_t n_out, float* y,
+                           cudaStream_t stream) {
+  if (batch <= 0 || n_out <= 0) return;
+  check_inputs(x, k_in, norm, w);
+  with_type(e, [&](auto tag) {
+    using T = decltype(tag);
+    run<T>(static_cast<const T*>(x), batch, k_in, norm, static_cast<const T*>(w), n_out, nullptr,
+           false, nullptr, nullptr, y, nullptr, stream);
   });
 }
 

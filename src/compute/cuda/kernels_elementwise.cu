@@ -21,97 +21,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// A pack of N consecutive values moves in one load or store of this raw type, which is why the
-// launchers only pick packs of more than one value when every pointer is aligned to the pack.
-template <int kBytes>
-struct Raw;
-template <>
-struct Raw<2> {
-  using type = unsigned short;
-};
-template <>
-struct Raw<4> {
-  using type = unsigned int;
-};
-template <>
-struct Raw<8> {
-  using type = uint2;
-};
-template <>
-struct Raw<16> {
-  using type = uint4;
-};
-
-template <int N, class T>
-__device__ __forceinline__ void load_pack(const T* source, float (&out)[N]) {
-  using R = typename Raw<static_cast<int>(N * sizeof(T))>::type;
-  const R raw = *reinterpret_cast<const R*>(source);
-  T values[N];
-  memcpy(values, &raw, sizeof raw);
-#pragma unroll
-  for (int i = 0; i < N; ++i) out[i] = to_float(values[i]);
-}
-
-template <int N, class T>
-__device__ __forceinline__ void store_pack(const float (&in)[N], T* target) {
-  using R = typename Raw<static_cast<int>(N * sizeof(T))>::type;
-  T values[N];
-#pragma unroll
-  for (int i = 0; i < N; ++i) values[i] = from_float<T>(in[i]);
-  R raw;
-  memcpy(&raw, values, sizeof raw);
-  *reinterpret_cast<R*>(target) = raw;
-}
-
-// Values in a 16-byte pack: the widest single load.
-template <class T>
-constexpr int kWidePack = static_cast<int>(16 / sizeof(T));
-bool aligned(const void* pointer, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
-}
-
-// Whether rows of `cols` values starting at each pointer (null ones are skipped) can move in
-// packs of `pack` values.
-bool packable(int64_t cols, int pack, size_t element_bytes,
-              std::initializer_list<const void*> pointers) {
-  if (cols % pack != 0) return false;
-  for (const void* pointer : pointers) {
-    if (pointer != nullptr && !aligned(pointer, pack * element_bytes)) return false;
-  }
-  return true;
-}
-
-// Grid-stride loops past these sizes, so that any shape launches.
-constexpr int64_t kMaxBlocksX = 4096;
-constexpr int64_t kMaxBlocksY = 65535;
-
-// Row-wise kernels: threads along x cover a row's packs, blocks along y cover rows.
-struct RowLaunch {
-  dim3 grid, block;
-};
-
-RowLaunch row_launch(int64_t rows, int64_t packs) {
-  const int64_t threads = std::clamp<int64_t>(ceil_div(packs, 32) * 32, 32, 256);
-  const int64_t blocks_x = std::min(ceil_div(packs, threads), kMaxBlocksX);
-  const int64_t blocks_y = std::min(rows, kMaxBlocksY);
-  return {dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
-          dim3(static_cast<unsigned>(threads))};
-}
-
-// Flat kernels: one grid-stride loop over `count` items.
-unsigned flat_blocks(int64_t count, int threads) {
-  return static_cast<unsigned>(std::min(ceil_div(count, threads), kMaxBlocksX * 16));
-}
-
-// Grid-stride loops: over rows (grid y), over a row's packs (grid x), and over flat indices.
-#define HARK_ROW_LOOP(row, rows) for (int64_t row = blockIdx.y; row < (rows); row += gridDim.y)
-#define HARK_PACK_LOOP(pack, packs)                                                                \
-  for (int64_t pack = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; pack < (packs); \
-       pack += static_cast<int64_t>(blockDim.x) * gridDim.x)
-#define HARK_FLAT_LOOP(i, count)                                                             \
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < (count); \
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x)
-
 // ---- Reductions -------------------------------------------------------------------------------
 
 // The sum over a block whose size is a multiple of 32, returned to every thread. `scratch` holds
@@ -173,6 +82,73 @@ __global__ void __launch_bounds__(kLayerNormThreads)
       }
     }
   }
+}
+
+// Rows that move in 16-byte packs, up to kWarpRowPacks packs per lane: one warp per row (no
+// block barriers), the row in registers, statistics by warp shuffles. Encoder layer norms (many
+// rows of 1024 or 1280 values) run about at memory speed this way.
+constexpr int kWarpRowPacks = 8;
+constexpr int kWarpRowsPerBlock = 8;
+
+template <class T, int kPacks>
+__global__ void __launch_bounds__(kWarpRowsPerBlock * 32)
+    layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, float eps, int64_t rows,
+                           int64_t cols, T* y) {
+  constexpr int kPack = kWidePack<T>;
+  const int lane = threadIdx.x % 32;
+  const int64_t packs = cols / kPack;
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
+       row < rows; row += static_cast<int64_t>(gridDim.x) * kWarpRowsPerBlock) {
+    const T* in = x + row * cols;
+    float values[kPacks][kPack];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      const int64_t pack = lane + 32 * i;
+      if (pack < packs) {
+        load_pack(in + pack * kPack, values[i]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) values[i][j] = 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) sum += values[i][j];
+    }
+    const float mean = warp_sum(sum) / static_cast<float>(cols);
+    float squares = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      if (lane + 32 * i < packs) {
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) {
+          const float centred = values[i][j] - mean;
+          squares = fmaf(centred, centred, squares);
+        }
+      }
+    }
+    const float scale = 1.0f / sqrtf(warp_sum(squares) / static_cast<float>(cols) + eps);
+    T* out = y + row * cols;
+#pragma unroll
+    for (int i = 0; i < kPacks; ++i) {
+      const int64_t pack = lane + 32 * i;
+      if (pack >= packs) continue;
+      float g[kPack], b[kPack];
+      load_pack(gamma + pack * kPack, g);
+      load_pack(beta + pack * kPack, b);
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) values[i][j] = (values[i][j] - mean) * scale * g[j] + b[j];
+      store_pack(values[i], out + pack * kPack);
+    }
+  }
+}
+
+template <class T, int kPacks>
+void launch_layer_norm_warp(const T* x, const T* gamma, const T* beta, float eps, int64_t rows,
+                            int64_t cols, T* y, cudaStream_t stream) {
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(ceil_div(rows, kWarpRowsPerBlock), INT32_MAX));
+  layer_norm_warp_kernel<T, kPacks>
+      <<<blocks, kWarpRowsPerBlock * 32, 0, stream>>>(x, gamma, beta, eps, rows, cols, y);
 }
 
 // Rows too long for registers: the row is read from memory once per pass instead.
@@ -693,6 +669,21 @@ void layer_norm(Element e, const void* x, const void* gamma, const void* beta, f
     const auto* g = static_cast<const T*>(gamma);
     const auto* b = static_cast<const T*>(beta);
     auto* out = static_cast<T*>(y);
+    constexpr int kPack = kWidePack<T>;
+    const int64_t lane_packs = ceil_div(cols / kPack, 32);
+    if (packable(cols, kPack, sizeof(T), {x, gamma, beta, y}) && lane_packs <= kWarpRowPacks) {
+      if (lane_packs <= 1) {
+        launch_layer_norm_warp<T, 1>(in, g, b, eps, rows, cols, out, stream);
+      } else if (lane_packs <= 2) {
+        launch_layer_norm_warp<T, 2>(in, g, b, eps, rows, cols, out, stream);
+      } else if (lane_packs <= 4) {
+        launch_layer_norm_warp<T, 4>(in, g, b, eps, rows, cols, out, stream);
+      } else {
+        launch_layer_norm_warp<T, kWarpRowPacks>(in, g, b, eps, rows, cols, out, stream);
+      }
+      check_launch("layer_norm");
+      return;
+    }
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, INT32_MAX));
     const int threads = static_cast<int>(std::clamp<int64_t>(
         ceil_div(ceil_div(cols, kLayerNormTargetItems), 32) * 32, 32, kLayerNormThreads));

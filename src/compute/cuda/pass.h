@@ -11,6 +11,7 @@
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/profile.h"
 #include "compute/tensor.h"
 
 namespace hark::compute::cuda {
@@ -65,7 +66,7 @@ class Uploader {
 
 class Pass {
  public:
-  Pass(Element element, cudaStream_t stream) : element_(element), stream_(stream) {}
+  Pass(Element element, cudaStream_t stream) : element_(element), stream_(stream), clock_(stream) {}
 
   Element element() const { return element_; }
   cudaStream_t stream() const { return stream_; }
@@ -85,10 +86,36 @@ class Pass {
                    const void* residual = nullptr, const KvScatter* scatter = nullptr);
   // y[m, rows of w] = x · Wᵀ in F32 (logits).
   void linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y);
+  // y[m, rows of w] = norm(x) · Wᵀ in F32 (logits); x may be overwritten. Up to 16 rows of
+  // 16-bit or F32 weights take one decode_linear launch with the norm fused (one launch instead
+  // of two, W read once); otherwise x is normalised in place, then multiplied.
+  void norm_linear_f32_out(void* x, int64_t m, const LayerNorm& norm, int64_t cols, const Matrix& w,
+                           float* y);
   void layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_t cols, void* y);
   void gelu(void* x, int64_t rows, int64_t cols) {
     bias_gelu(element_, x, nullptr, rows, cols, stream_);
   }
+
+  // Multi-head self-attention with Transformer-XL relative positions over a padded batch, as
+  // rel_pos_attention (kernels_conformer.h) defines it. F16/BF16 with head_dim 64 or 128 runs on
+  // the tensor cores: q + u and q + v' once (biased_queries), the position scores of every query
+  // against every relative position as one batched product per group of heads, then
+  // padded_attention, which reads them shifted. Anything else runs rel_pos_attention's kernel,
+  // F32 throughout.
+  void rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
+                         const void* p, int64_t p_row_stride, const void* bias_u,
+                         const void* bias_v, const int32_t* lengths, int batch, int64_t steps,
+                         int heads, int head_dim, float scale, void* out, int64_t out_row_stride);
+  // HARK_CUDA_PROFILE's stages (profile.h): `stage` begins here on the pass's stream, ending
+  // the one before; finish_stages() ends the last and books their times. No-ops when not
+  // profiling, and while the stream is being captured into a graph.
+  void mark(const char* stage) { clock_.mark(stage); }
+  void finish_stages() { clock_.finish(); }
+  bool profiling() const { return clock_.enabled(); }
+
+  // The most bytes of position scores that rel_pos_attention holds at once (batch · steps ·
+  // 2·steps values per head): heads go in groups that fit, at least one at a time.
+  void limit_relative_scores(size_t bytes) { relative_scores_limit_ = bytes; }
 
  private:
   const void* expanded(const Matrix& w);
@@ -98,6 +125,9 @@ class Pass {
   Gemm gemm_;
   Buffer expanded_;  // Q8_0 weights expanded for a product with many rows
   Buffer f16_logits_;
+  Buffer biased_queries_, relative_scores_, position_table_;  // rel_pos_attention's scratch
+  size_t relative_scores_limit_ = size_t{512} << 20;
+  StageClock clock_;
 };
 
 }  // namespace hark::compute::cuda

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "compute/cuda/kernels_conformer.h"
 #include "format/quant.h"
 
 namespace hark::compute::cuda {
@@ -14,6 +15,12 @@ namespace {
 // Rows up to which a Q8_0 product reads the blocks directly (gemv_q8_0) instead of expanding the
 // matrix for cuBLASLt: decode steps, batched or not.
 constexpr int64_t kDirectQ8Rows = 16;
+// Rows up to which logits take decode_linear_f32_out (it reads W once for 16 rows).
+constexpr int64_t kMaxStepRows = 16;
+
+bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // `count` F32 values as `element` bytes, appended to `out`.
 void append_as(Element element, const float* values, size_t count, std::vector<uint8_t>& out) {
@@ -194,9 +201,78 @@ void Pass::linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y) {
   gemm_.linear(element_, x, m, w.cols, weights, w.rows, nullptr, nullptr, Element::f32, y, stream_);
 }
 
+void Pass::norm_linear_f32_out(void* x, int64_t m, const LayerNorm& norm, int64_t cols,
+                               const Matrix& w, float* y) {
+  if (!w.q8_0 && m <= kMaxStepRows && w.cols % 8 == 0 && aligned16(x) && aligned16(w.data.data())) {
+    const DecodeNorm decode_norm{norm.gamma.data(), norm.beta.data(), norm.eps};
+    decode_linear_f32_out(element_, x, static_cast<int>(m), w.cols, &decode_norm, w.data.data(),
+                          w.rows, y, stream_);
+    return;
+  }
+  layer_norm(x, m, norm, cols, x);
+  linear_f32_out(x, m, w, y);
+}
+
 void Pass::layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_t cols, void* y) {
   cuda::layer_norm(element_, x, norm.gamma.data(), norm.beta.data(), norm.eps, rows, cols, y,
                    stream_);
+}
+
+void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
+                             const void* p, int64_t p_row_stride, const void* bias_u,
+                             const void* bias_v, const int32_t* lengths, int batch, int64_t steps,
+                             int heads, int head_dim, float scale, void* out,
+                             int64_t out_row_stride) {
+  if (!padded_attention_runs(element_, head_dim)) {
+    mark("attention: F32 kernel");
+    cuda::rel_pos_attention(element_, q, k, v, row_stride, p, p_row_stride, bias_u, bias_v, lengths,
+                            batch, steps, heads, head_dim, scale, out, out_row_stride, stream_);
+    return;
+  }
+  const int64_t width = int64_t{heads} * head_dim, rows = batch * steps;
+  const int64_t positions = 2 * steps - 1;
+  // Rows of position scores padded to 8 values, so that every row starts 16-byte aligned.
+  const int64_t scores_row = (positions + 7) / 8 * 8;
+  const size_t head_bytes = bytes(rows * scores_row);
+  const int group = static_cast<int>(
+      std::clamp<size_t>(relative_scores_limit_ / head_bytes, 1, static_cast<size_t>(heads)));
+
+  biased_queries_.reserve(bytes(rows * 2 * width));
+  relative_scores_.reserve(head_bytes * group);
+  // The position table padded with zero rows to scores_row: a product whose output rows have a
+  // length that is a multiple of 8 gets cuBLASLt's fast kernels (2·steps − 1 is odd).
+  position_table_.reserve(bytes(scores_row * width));
+  check(
+      cudaMemcpy2DAsync(position_table_.data(), bytes(width), p, bytes(p_row_stride), bytes(width),
+                        static_cast<size_t>(positions), cudaMemcpyDeviceToDevice, stream_),
+      "relative position table");
+  check(cudaMemsetAsync(static_cast<uint8_t*>(position_table_.data()) + bytes(positions * width), 0,
+                        bytes((scores_row - positions) * width), stream_),
+        "relative position table");
+  mark("attention: biased queries");
+  cuda::biased_queries(element_, q, row_stride, rows, width, bias_u, bias_v, biased_queries_.data(),
+                       stream_);
+  auto at = [&](const void* base, int64_t elements) {
+    return static_cast<const uint8_t*>(base) + bytes(elements);
+  };
+  for (int first = 0; first < heads; first += group) {
+    const int count = std::min(group, heads - first);
+    const int64_t column = int64_t{first} * head_dim;
+    // scores_h [rows, positions] = (q + v')_h · p_hᵀ for the group's heads h.
+    mark("attention: position scores");
+    gemm_.batched(element_, at(biased_queries_.data(), width + column), {2 * width, head_dim}, rows,
+                  head_dim, at(position_table_.data(), column), {width, head_dim}, scores_row,
+                  element_, relative_scores_.data(), {scores_row, rows * scores_row}, count,
+                  stream_);
+    const RelativeScores relative{relative_scores_.data(), scores_row, rows * scores_row,
+                                  steps * scores_row, steps};
+    mark("attention: flash kernel");
+    padded_attention(element_, at(biased_queries_.data(), column), 2 * width, steps * 2 * width,
+                     at(k, column), at(v, column), row_stride, steps * row_stride,
+                     static_cast<uint8_t*>(out) + bytes(column), out_row_stride,
+                     steps * out_row_stride, lengths, &relative, batch, count, head_dim, steps,
+                     scale, stream_);
+  }
 }
 
 }  // namespace hark::compute::cuda

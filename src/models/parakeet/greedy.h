@@ -1,6 +1,8 @@
-// Greedy decoding's rules (docs/parakeet.md §5), shared by the CPU and the CUDA model: a model
-// computes the logits of a step and their argmax, and these rules decide what is emitted and
-// where each utterance goes next, so that both backends decide alike by construction.
+// Greedy decoding's rules (docs/parakeet.md §5): a model computes the logits of a step and their
+// argmax, and these rules decide what is emitted and where each utterance goes next. The CPU model
+// runs them as they are, the CUDA model the CTC collapse; its transducer search runs on the device
+// and repeats TransducerSearch's rules there (compute/cuda/kernels_transducer.cu, tested against
+// this class): a change to them must be made in both places.
 #pragma once
 
 #include <cstdint>

@@ -132,6 +132,9 @@ class Model {
                                                           const EmissionPattern* pattern) const = 0;
   // Throws hark::Error unless there is at least one utterance and each fits the limits.
   void check_utterances(std::span<const std::span<const float>> utterances) const;
+  // The front end features() runs (its config, window and filterbank), for a model that runs it
+  // elsewhere (the CUDA model, on the GPU).
+  const features::MelSpectrogram& mel() const { return *mel_; }
 
  private:
   Config config_;

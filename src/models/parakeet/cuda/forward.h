@@ -1,21 +1,33 @@
 // Parakeet's forward pass on the GPU, written against compute/cuda's Pass: the encoder over a
 // padded batch of utterances with its head's input, and the steps of greedy transducer decoding
-// (the prediction network for the utterances that emitted, the joint network and its argmax for
-// those still decoding), which model_cuda.cpp drives with the rules of greedy.h.
+// (the joint network over a window of frames, the search's decisions, the prediction network for
+// the utterances that emitted), all on the device, which model_cuda.cpp replays until every
+// utterance is done.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "compute/cuda/kernels_conformer.h"
 #include "models/parakeet/cuda/weights.h"
+#include "models/parakeet/model.h"
 
 namespace hark::parakeet::cuda {
 
 // Scratch of the encoder.
 struct EncoderBuffers {
-  gpu::Buffer staging;  // F32 values from the host: the features, then the position table
+  gpu::Buffer staging;  // F32 values: the features (16-bit element types), the position table
   gpu::Buffer lengths, image, image_spare, normed, hidden, qkv, context, table, positions;
+
+  size_t bytes() const {
+    size_t total = 0;
+    for (const gpu::Buffer* buffer : {&staging, &lengths, &image, &image_spare, &normed, &hidden,
+                                      &qkv, &context, &table, &positions}) {
+      total += buffer->bytes();
+    }
+    return total;
+  }
 };
 
 // A batch's encoder output: rows b · padded_frames + t, those at t ≥ frames[b] not meaningful.
@@ -29,36 +41,71 @@ struct Encoded {
   gpu::Buffer head, frame_tokens;
 };
 
-// features[b]: utterance b's features [L_b, n_mels] (Model::features; computed on the host for
-// now and uploaded); encoder_frames[b] its encoder frames, checked against the subsampling.
-void encode(gpu::Pass& pass, const Config& config, const Weights& w,
-            std::span<const std::vector<float>> features, std::span<const int64_t> encoder_frames,
-            EncoderBuffers& scratch, Encoded& out);
+// A batch's features on the device (the front end's output, features/mel_cuda.h): F32
+// [batch, padded_frames, n_mels], time-major; utterance b's first frames[b] rows are its
+// features L_b (Model::features), the rows after them are not read.
+struct Features {
+  const float* values = nullptr;
+  int64_t padded_frames = 0;  // rows per utterance, at least every frames[b]
+  std::span<const int64_t> frames;
+};
 
-// The prediction network's state for `batch` utterances and the buffers of the decoding steps.
+// The encoder over the batch `features` holds; encoder_frames[b] is utterance b's encoder frames,
+// checked against the subsampling.
+void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Features& features,
+            std::span<const int64_t> encoder_frames, EncoderBuffers& scratch, Encoded& out);
+
+// The prediction network's state for `batch` utterances and the buffers of the decoding steps,
+// whose joint network evaluates `window` frames per utterance.
 struct DecoderBuffers {
-  int batch = 0;
+  int batch = 0, window = 1;
   std::vector<gpu::Buffer> h, c;  // per LSTM layer [batch, H]: h of the element type, c F32
   gpu::Buffer prediction;         // [batch, joint_hidden]: each utterance's projected prediction
-  gpu::Buffer ids, embedded, gates, projected;
+  gpu::Buffer ids;                // [batch] int32: the tokens the prediction network takes next
+  gpu::Buffer embedded, gates, projected;
+  // The joint network over batch · window rows: their row numbers (transducer_rows), hidden
+  // layer, F32 logits, and argmax (tokens, then TDT durations).
   gpu::Buffer rows, hidden, logits, decisions;
 };
 
 // Zero LSTM state for `batch` utterances, fed the blank (the start of every decode,
 // docs/parakeet.md §5.2).
 void start_prediction(gpu::Pass& pass, const Config& config, const Weights& w, int batch,
-                      DecoderBuffers& s);
+                      int window, DecoderBuffers& s);
 
-// Feeds ids[b] to utterance b's prediction network where ids[b] ≥ 0 (one LSTM step, then its
-// projection into the joint space); the others keep their state and prediction.
-void predict(gpu::Pass& pass, const Config& config, const Weights& w, std::span<const int32_t> ids,
-             DecoderBuffers& s);
+// Feeds s.ids[b] (on the device) to utterance b's prediction network where s.ids[b] ≥ 0 (one LSTM
+// step, then its projection into the joint space); the others keep their state and prediction.
+void predict(gpu::Pass& pass, const Config& config, const Weights& w, DecoderBuffers& s);
 
-// The joint network for n = rows.size() / 2 steps: step i combines row rows[i] of the encoder
-// projection with utterance rows[n + i]'s prediction. Waits for the GPU and returns per step the
-// argmax of the token logits at [i] and (TDT) of the duration logits at [n + i].
-std::vector<int32_t> joint(gpu::Pass& pass, const Config& config, const Weights& w,
-                           const Encoded& encoded, std::span<const int32_t> rows,
-                           DecoderBuffers& s);
+// The greedy search's state on the device (compute/cuda/kernels_conformer.h, "Greedy transducer
+// search"): one int32 allocation [frames | frame | steps | symbols | decoding | count], so that
+// the number still decoding and the emission counts come back in one copy, and the emissions.
+struct Search {
+  int batch = 0;
+  gpu::TransducerRules rules;
+  gpu::Buffer values, emissions;
+  int32_t capacity = 0;  // emission slots per utterance
+  gpu::TransducerState state() const;
+};
+
+// The search at the start of a decode of `encoded` (RNN-T or TDT, docs/parakeet.md §5.2, §5.3),
+// with the pattern's decisions in place of the argmax's when `pattern` is not null.
+void start_search(gpu::Pass& pass, const Config& config, const Encoded& encoded,
+                  const EmissionPattern* pattern, Search& search);
+
+// One step of every utterance's search, with no host copy or wait (capturable into a CUDA
+// Graph): the joint network over each utterance's window of frames, the decisions
+// (transducer_decide), and the prediction network for those that emitted. An utterance that is
+// done stays as it is.
+void search_step(gpu::Pass& pass, const Config& config, const Weights& w, const Encoded& encoded,
+                 Search& search, DecoderBuffers& s);
+
+// Waits for the GPU; returns how many utterances still decode (after the last step, or at the
+// start) and fills count[b] with the emissions of each so far.
+int32_t still_decoding(gpu::Pass& pass, const Search& search, std::vector<int32_t>& count);
+
+// The emissions of every utterance (count as still_decoding returned it); waits for the GPU.
+std::vector<std::vector<Emission>> take_emissions(gpu::Pass& pass, const Search& search,
+                                                  std::span<const int32_t> count);
 
 }  // namespace hark::parakeet::cuda

@@ -1,6 +1,7 @@
 #include "models/parakeet/cuda/forward.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "base/error.h"
 #include "compute/cuda/kernels_conformer.h"
@@ -35,20 +36,23 @@ void upload_as(gpu::Pass& pass, const float* values, int64_t count, gpu::Buffer&
 // The feed-forward module, x += ½·fc2(silu(fc1(LN(x)))) (fc2 holds the ½).
 void feed_forward(gpu::Pass& pass, int64_t rows, int64_t d, int64_t ffn, const gpu::LayerNorm& norm,
                   const gpu::Linear& fc1, const gpu::Linear& fc2, void* x, EncoderBuffers& s) {
+  pass.mark("layer norms");
   pass.layer_norm(x, rows, norm, d, s.normed.data());
+  pass.mark("feed-forward products");
   pass.linear(s.normed.data(), rows, fc1, s.hidden.data());
+  pass.mark("SiLU");
   gpu::silu(pass.element(), s.hidden.data(), rows * ffn, pass.stream());
+  pass.mark("feed-forward products");
   pass.linear(s.hidden.data(), rows, fc2, x, x);
 }
 
 }  // namespace
 
-void encode(gpu::Pass& pass, const Config& config, const Weights& w,
-            std::span<const std::vector<float>> features, std::span<const int64_t> encoder_frames,
-            EncoderBuffers& s, Encoded& out) {
+void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Features& features,
+            std::span<const int64_t> encoder_frames, EncoderBuffers& s, Encoded& out) {
   const gpu::Element e = pass.element();
   const cudaStream_t stream = pass.stream();
-  const int batch = static_cast<int>(features.size());
+  const int batch = static_cast<int>(features.frames.size());
   const int64_t mels = config.n_mels, d = config.d_model;
   const int64_t channels = config.subsampling_channels;
   const Subsampling& sub = w.subsampling;
@@ -59,7 +63,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w,
   std::vector<int32_t> lengths(static_cast<size_t>(stages + 1) * batch);
   std::vector<int64_t> padded_time(stages + 1, 0), padded_freq(stages + 1, mels);
   for (int b = 0; b < batch; ++b) {
-    int64_t frames = static_cast<int64_t>(features[b].size()) / mels;
+    int64_t frames = features.frames[b];
     padded_time[0] = std::max(padded_time[0], frames);
     lengths[b] = static_cast<int32_t>(frames);
     for (int stage = 1; stage <= stages; ++stage) {
@@ -69,6 +73,10 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w,
     if (frames != encoder_frames[b]) {
       fail("Parakeet encoder: ", frames, " frames after subsampling, expected ", encoder_frames[b]);
     }
+  }
+  if (padded_time[0] > features.padded_frames) {
+    fail("Parakeet encoder: features of ", padded_time[0], " frames in rows of ",
+         features.padded_frames);
   }
   int64_t largest_image = padded_time[0] * mels;
   for (int stage = 1; stage <= stages; ++stage) {
@@ -84,42 +92,56 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w,
   const int32_t* frames_dev = lengths_at(stages);
 
   // ---- Subsampling: channels-last images [batch, time, frequency, C] ----
-  std::vector<float> padded(static_cast<size_t>(batch * padded_time[0] * mels), 0.0f);
-  for (int b = 0; b < batch; ++b) {
-    std::copy(features[b].begin(), features[b].end(),
-              padded.begin() + static_cast<int64_t>(b) * padded_time[0] * mels);
-  }
   // The relative positions of the padded length, shared by every block (docs/parakeet.md 4.2),
   // computed on the host once per call.
   compute::Tensor table;
   compute::relative_positions(steps, d, table);
   const int64_t table_rows = table.dim(0);
-  s.staging.reserve(sizeof(float) * std::max<int64_t>(padded.size(), table.elements()));
+  const int64_t image_values = batch * padded_time[0] * mels;
+  pass.mark("encoder allocations");
+  s.staging.reserve(sizeof(float) * std::max<int64_t>(image_values, table.elements()));
   s.image.reserve(pass.bytes(largest_image * batch));
   s.image_spare.reserve(pass.bytes(largest_image * batch));
-  upload_as(pass, padded.data(), static_cast<int64_t>(padded.size()), s.staging, s.image_spare);
+  // The first padded_time[0] rows of each utterance's features (rows past its own frames are
+  // masked by the convolution) in one strided copy, converted to the element type.
+  pass.mark("subsampling: features in");
+  void* features_f32 = e == gpu::Element::f32 ? s.image_spare.data() : s.staging.data();
+  const size_t image_row_bytes = sizeof(float) * static_cast<size_t>(padded_time[0] * mels);
+  gpu::check(cudaMemcpy2DAsync(features_f32, image_row_bytes, features.values,
+                               sizeof(float) * static_cast<size_t>(features.padded_frames * mels),
+                               image_row_bytes, static_cast<size_t>(batch),
+                               cudaMemcpyDeviceToDevice, stream),
+             "copy the features");
+  if (e != gpu::Element::f32) {
+    gpu::convert(gpu::Element::f32, s.staging.data(), e, s.image_spare.data(), image_values,
+                 stream);
+  }
+  pass.mark("subsampling: first convolution");
   gpu::conv2d_one_channel(e, s.image_spare.data(), batch, padded_time[0], mels, lengths_at(0),
                           sub.conv_weight.data(), sub.conv_bias.data(), channels, sub.kernel,
                           sub.stride, sub.padding, /*relu=*/true, s.image.data(), stream);
   for (int stage = 2; stage <= stages; ++stage) {
     const SubsamplingStage& layer = sub.stages[stage - 2];
+    pass.mark("subsampling: depthwise convolutions");
     gpu::depthwise_conv2d(e, s.image.data(), batch, padded_time[stage - 1], padded_freq[stage - 1],
                           channels, lengths_at(stage - 1), layer.depthwise_weight.data(),
                           layer.depthwise_bias.data(), sub.kernel, sub.stride, sub.padding,
                           s.image_spare.data(), stream);
     const int64_t pixels = batch * padded_time[stage] * padded_freq[stage];
+    pass.mark("subsampling: pointwise convolutions");
     pass.linear(s.image_spare.data(), pixels, layer.pointwise, s.image.data());
     gpu::relu(e, s.image.data(), pixels * channels, stream);
   }
-  // [rows, F, C] -> [rows, C, F]: each time step flattened channel-major, as transformers does.
-  gpu::swap_last_axes(e, s.image.data(), rows, padded_freq[stages], channels, s.image_spare.data(),
-                      stream);
+  // Each time step [F, C] flattened as it is: the linear's columns are in that order
+  // (weights.h), so no transpose to transformers' [C, F] runs here.
   out.output = gpu::Buffer(pass.bytes(rows * d));
   void* x = out.output.data();
-  pass.linear(s.image_spare.data(), rows, sub.linear, x);
+  pass.mark("subsampling: output linear");
+  pass.linear(s.image.data(), rows, sub.linear, x);
   if (sub.output_scale != 1.0f) gpu::scale(e, x, rows * d, sub.output_scale, stream);
 
   // ---- Conformer blocks ----
+  pass.mark("encoder allocations");
   upload_as(pass, table.data(), table.elements(), s.staging, s.table);
   const int64_t ffn = config.ffn_dim, heads = config.heads, head_dim = config.head_dim();
   s.normed.reserve(pass.bytes(rows * d));
@@ -130,28 +152,37 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w,
   for (const Block& block : w.blocks) {
     feed_forward(pass, rows, d, ffn, block.norm_ff1, block.ff1_fc1, block.ff1_fc2, x, s);
 
+    pass.mark("layer norms");
     pass.layer_norm(x, rows, block.norm_attention, d, s.normed.data());
+    pass.mark("attention projections");
     pass.linear(s.normed.data(), rows, block.qkv, s.qkv.data());
     pass.linear(s.table.data(), table_rows, block.positions, s.positions.data());
     void* qkv = s.qkv.data();
-    gpu::rel_pos_attention(
-        e, qkv, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, s.positions.data(), d,
-        block.bias_u.data(), block.bias_v.data(), frames_dev, batch, steps, static_cast<int>(heads),
-        static_cast<int>(head_dim), w.attention_scale, s.context.data(), d, stream);
+    pass.rel_pos_attention(qkv, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, s.positions.data(),
+                           d, block.bias_u.data(), block.bias_v.data(), frames_dev, batch, steps,
+                           static_cast<int>(heads), static_cast<int>(head_dim), w.attention_scale,
+                           s.context.data(), d);
+    pass.mark("attention projections");
     pass.linear(s.context.data(), rows, block.out, x, x);
 
     // Conv module: pointwise1 -> GLU -> depthwise (+ folded BatchNorm) -> SiLU -> pointwise2.
+    pass.mark("layer norms");
     pass.layer_norm(x, rows, block.norm_conv, d, s.normed.data());
+    pass.mark("convolution products");
     pass.linear(s.normed.data(), rows, block.pointwise1, s.hidden.data());
+    pass.mark("GLU, depthwise convolution");
     gpu::glu(e, s.hidden.data(), rows, d, s.normed.data(), stream);
     gpu::depthwise_conv1d(e, s.normed.data(), batch, steps, d, frames_dev,
                           block.depthwise_weight.data(), block.depthwise_bias.data(),
                           config.conv_kernel, /*silu=*/true, s.context.data(), stream);
+    pass.mark("convolution products");
     pass.linear(s.context.data(), rows, block.pointwise2, x, x);
 
     feed_forward(pass, rows, d, ffn, block.norm_ff2, block.ff2_fc1, block.ff2_fc2, x, s);
+    pass.mark("layer norms");
     pass.layer_norm(x, rows, block.norm_out, d, x);
   }
+  pass.mark("head input");
 
   // ---- The head's input ----
   if (w.ctc_head) {
@@ -168,13 +199,16 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w,
   out.batch = batch;
   out.padded_frames = steps;
   out.frames.assign(encoder_frames.begin(), encoder_frames.end());
+  pass.finish_stages();
 }
 
 void start_prediction(gpu::Pass& pass, const Config& config, const Weights& w, int batch,
-                      DecoderBuffers& s) {
+                      int window, DecoderBuffers& s) {
   const cudaStream_t stream = pass.stream();
   const int64_t hidden = config.predictor_hidden, joint = config.joint_hidden;
+  const int64_t joint_rows = int64_t{batch} * window;
   s.batch = batch;
+  s.window = window;
   s.h.clear();
   s.c.clear();
   // Every buffer starts as zeros: rows that a step leaves alone are never garbage.
@@ -192,58 +226,151 @@ void start_prediction(gpu::Pass& pass, const Config& config, const Weights& w, i
   s.embedded = zeros(pass.bytes(batch * hidden));
   s.gates = zeros(pass.bytes(batch * 4 * hidden));
   s.projected = zeros(pass.bytes(batch * joint));
-  s.rows = zeros(sizeof(int32_t) * 2 * batch);
-  s.hidden = zeros(pass.bytes(batch * joint));
-  s.logits = zeros(sizeof(float) * batch * config.head_outputs());
-  s.decisions = zeros(sizeof(int32_t) * 2 * batch);
-  predict(pass, config, w, std::vector<int32_t>(batch, config.blank_id), s);
+  s.rows = zeros(sizeof(int32_t) * 2 * joint_rows);
+  s.hidden = zeros(pass.bytes(joint_rows * joint));
+  s.logits = zeros(sizeof(float) * joint_rows * config.head_outputs());
+  s.decisions = zeros(sizeof(int32_t) * 2 * joint_rows);
+  const std::vector<int32_t> blanks(batch, config.blank_id);
+  // A copy from pageable memory has read it when the call returns.
+  gpu::upload(blanks.data(), blanks.size() * sizeof(int32_t), s.ids.data(), stream);
+  predict(pass, config, w, s);
 }
 
-void predict(gpu::Pass& pass, const Config& config, const Weights& w, std::span<const int32_t> ids,
-             DecoderBuffers& s) {
+void predict(gpu::Pass& pass, const Config& config, const Weights& w, DecoderBuffers& s) {
   const gpu::Element e = pass.element();
   const cudaStream_t stream = pass.stream();
   const Transducer& t = *w.transducer;
   const int64_t batch = s.batch, hidden = config.predictor_hidden;
-  if (static_cast<int64_t>(ids.size()) != batch) {
-    fail("Parakeet prediction: ", ids.size(), " tokens for ", batch, " utterances");
-  }
-  const auto* ids_dev = s.ids.as<int32_t>();
-  gpu::upload(ids.data(), ids.size_bytes(), s.ids.data(), stream);
-  gpu::embedding(e, t.embedding.data(), ids_dev, batch, hidden, s.embedded.data(), stream);
+  const auto* ids = s.ids.as<int32_t>();
+  gpu::embedding(e, t.embedding.data(), ids, batch, hidden, s.embedded.data(), stream);
   const void* input = s.embedded.data();
   for (size_t l = 0; l < t.lstm.size(); ++l) {
     pass.linear(input, batch, t.lstm[l].input, s.gates.data());
     pass.linear(s.h[l].data(), batch, t.lstm[l].hidden, s.gates.data(), s.gates.data());
-    gpu::lstm_cell(e, s.gates.data(), ids_dev, batch, hidden, s.c[l].as<float>(), s.h[l].data(),
+    gpu::lstm_cell(e, s.gates.data(), ids, batch, hidden, s.c[l].as<float>(), s.h[l].data(),
                    stream);
     input = s.h[l].data();
   }
   pass.linear(input, batch, t.decoder_projector, s.projected.data());
-  gpu::copy_rows_where(e, s.projected.data(), ids_dev, batch, config.joint_hidden,
-                       s.prediction.data(), stream);
+  gpu::copy_rows_where(e, s.projected.data(), ids, batch, config.joint_hidden, s.prediction.data(),
+                       stream);
 }
 
-std::vector<int32_t> joint(gpu::Pass& pass, const Config& config, const Weights& w,
-                           const Encoded& encoded, std::span<const int32_t> rows,
-                           DecoderBuffers& s) {
+namespace {
+
+// Where Search::values keeps each array.
+enum SearchPart { kFrames, kFrame, kSteps, kSymbols, kDecoding };
+
+int32_t* search_part(const Search& search, SearchPart part) {
+  return search.values.as<int32_t>() + static_cast<int64_t>(part) * search.batch;
+}
+
+}  // namespace
+
+gpu::TransducerState Search::state() const {
+  gpu::TransducerState state;
+  state.frames = search_part(*this, kFrames);
+  state.frame = search_part(*this, kFrame);
+  state.steps = search_part(*this, kSteps);
+  state.symbols = search_part(*this, kSymbols);
+  state.decoding = search_part(*this, kDecoding);
+  state.count = state.decoding + 1;
+  state.emissions = emissions.as<int32_t>();
+  state.capacity = capacity;
+  return state;
+}
+
+void start_search(gpu::Pass& pass, const Config& config, const Encoded& encoded,
+                  const EmissionPattern* pattern, Search& search) {
+  const int batch = encoded.batch;
+  if (batch < 1 || encoded.frames.size() != static_cast<size_t>(batch)) {
+    fail("Parakeet decode: ", encoded.frames.size(), " frame counts for ", batch, " utterances");
+  }
+  search.batch = batch;
+  gpu::TransducerRules& rules = search.rules;
+  rules.tdt = config.head == Head::tdt;
+  rules.blank = config.blank_id;
+  rules.vocab_size = config.vocab_size;
+  rules.max_symbols_per_step = config.max_symbols_per_step;
+  rules.pattern_frames_per_token = pattern != nullptr ? pattern->frames_per_token : 0;
+  rules.pattern_duration = pattern != nullptr ? pattern->duration : 1;
+
+  // TransducerSearch's bound on steps, max_symbols_per_step · T, bounds what one utterance can
+  // emit (one token per decision at most).
+  const int64_t most_frames = *std::max_element(encoded.frames.begin(), encoded.frames.end());
+  const int64_t capacity = std::max<int64_t>(1, int64_t{config.max_symbols_per_step} * most_frames);
+  if (capacity > std::numeric_limits<int32_t>::max() / 3) {
+    fail("Parakeet decode: ", most_frames, " frames at ", config.max_symbols_per_step,
+         " symbols per step are too many to count");
+  }
+  search.capacity = static_cast<int32_t>(capacity);
+
+  // The frames, zeros for the frame pointers, steps and symbols, the utterances that decode (those
+  // with frames, as TransducerSearch::next_step says before any decision; every step rewrites
+  // it), and zero emissions.
+  std::vector<int32_t> values(static_cast<size_t>(4 * batch + 1 + batch), 0);
+  int32_t& decoding = values[static_cast<size_t>(kDecoding) * batch];
+  for (int b = 0; b < batch; ++b) {
+    values[b] = static_cast<int32_t>(encoded.frames[b]);
+    if (encoded.frames[b] > 0) ++decoding;
+  }
+  search.values = gpu::Buffer(values.size() * sizeof(int32_t));
+  // A copy from pageable memory has read it when the call returns.
+  gpu::upload(values.data(), values.size() * sizeof(int32_t), search.values.data(), pass.stream());
+  search.emissions = gpu::Buffer(static_cast<size_t>(capacity) * batch * 3 * sizeof(int32_t));
+}
+
+void search_step(gpu::Pass& pass, const Config& config, const Weights& w, const Encoded& encoded,
+                 Search& search, DecoderBuffers& s) {
   const gpu::Element e = pass.element();
   const cudaStream_t stream = pass.stream();
   const Transducer& t = *w.transducer;
-  const int64_t n = static_cast<int64_t>(rows.size()) / 2;
-  if (n < 1 || n > s.batch) fail("Parakeet joint: ", n, " steps for ", s.batch, " utterances");
-  const int64_t outputs = config.head_outputs(), vocab = config.vocab_size;
-  gpu::upload(rows.data(), rows.size_bytes(), s.rows.data(), stream);
-  gpu::joint_hidden(e, encoded.head.data(), s.prediction.data(), s.rows.as<int32_t>(), n,
-                    config.joint_hidden, s.hidden.data(), stream);
+  const gpu::TransducerState state = search.state();
+  const int64_t n = int64_t{s.batch} * s.window;
+  auto* rows = s.rows.as<int32_t>();
+  gpu::transducer_rows(state, s.batch, s.window, encoded.padded_frames, rows, stream);
+  gpu::joint_hidden(e, encoded.head.data(), s.prediction.data(), rows, n, config.joint_hidden,
+                    s.hidden.data(), stream);
   pass.linear_f32_out(s.hidden.data(), n, t.head.weight, s.logits.as<float>());
   int32_t* decisions = s.decisions.as<int32_t>();
-  gpu::finish_logits(e, s.logits.as<float>(), bias_of(t.head), n, outputs, vocab, decisions,
-                     config.head == Head::tdt ? decisions + n : nullptr, stream);
-  std::vector<int32_t> host(static_cast<size_t>(2 * n), 0);
-  gpu::download(decisions, host.size() * sizeof(int32_t), host.data(), stream);
-  gpu::check(cudaStreamSynchronize(stream), "joint network");
-  return host;
+  int32_t* durations = search.rules.tdt ? decisions + n : nullptr;
+  gpu::finish_logits(e, s.logits.as<float>(), bias_of(t.head), n, config.head_outputs(),
+                     config.vocab_size, decisions, durations, stream);
+  gpu::transducer_decide(search.rules, state, s.batch, s.window, decisions, durations,
+                         s.ids.as<int32_t>(), stream);
+  predict(pass, config, w, s);
+}
+
+int32_t still_decoding(gpu::Pass& pass, const Search& search, std::vector<int32_t>& count) {
+  // decoding, then the counts: one copy.
+  std::vector<int32_t> values(static_cast<size_t>(1 + search.batch));
+  gpu::download(search_part(search, kDecoding), values.size() * sizeof(int32_t), values.data(),
+                pass.stream());
+  gpu::check(cudaStreamSynchronize(pass.stream()), "greedy search");
+  count.assign(values.begin() + 1, values.end());
+  return values[0];
+}
+
+std::vector<std::vector<Emission>> take_emissions(gpu::Pass& pass, const Search& search,
+                                                  std::span<const int32_t> count) {
+  const int batch = search.batch;
+  const int32_t most = count.empty() ? 0 : *std::max_element(count.begin(), count.end());
+  if (most > search.capacity) {
+    fail("Parakeet decode: ", most, " emissions in ", search.capacity, " slots");
+  }
+  // Slot-major: the first `most` slots of every utterance are one prefix.
+  std::vector<int32_t> slots(static_cast<size_t>(most) * batch * 3);
+  gpu::download(search.emissions.data(), slots.size() * sizeof(int32_t), slots.data(),
+                pass.stream());
+  gpu::check(cudaStreamSynchronize(pass.stream()), "emissions");
+  std::vector<std::vector<Emission>> emissions(batch);
+  for (int b = 0; b < batch; ++b) {
+    for (int32_t j = 0; j < count[b]; ++j) {
+      const int32_t* slot = slots.data() + (static_cast<int64_t>(j) * batch + b) * 3;
+      emissions[b].push_back({slot[0], slot[1], slot[2]});
+    }
+  }
+  return emissions;
 }
 
 }  // namespace hark::parakeet::cuda

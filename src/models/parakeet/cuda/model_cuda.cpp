@@ -1,7 +1,9 @@
-// Parakeet on the GPU behind the same Model interface as the CPU model (model.cpp): the encoder
-// runs as one padded batch on the device (forward_cuda.cpp); greedy decoding steps every
-// utterance in lockstep, with the joint and prediction networks and their argmax on the device
-// and the decisions taken on the host by the rules the CPU model uses (greedy.h).
+// Parakeet on the GPU behind the same Model interface as the CPU model (model.cpp): the front end
+// (features/mel_cuda.h) and the encoder run as one padded batch on the device (forward_cuda.cpp);
+// greedy transducer decoding steps every utterance in lockstep entirely on the device (the joint
+// network over a look-ahead window of frames, the decisions by the rules the CPU model uses in
+// greedy.h, the prediction network), one step captured into a CUDA Graph and replayed, the host
+// looking only every few steps whether any utterance still decodes.
 #include <algorithm>
 #include <memory>
 #include <mutex>
@@ -10,6 +12,8 @@
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/graph.h"
+#include "features/mel_cuda.h"
 #include "format/gguf.h"
 #include "models/parakeet/cuda/forward.h"
 #include "models/parakeet/greedy.h"
@@ -24,6 +28,22 @@ namespace gpu = compute::cuda;
 
 // The kernels' limit on the attention's head size.
 constexpr int kMaxHeadDim = 128;
+
+// Frames the joint network evaluates per utterance and decoding step. A step's cost hardly
+// depends on it: the step is a dozen launches, and the joint's head product reads the same
+// weights for batch · 8 rows as for batch rows. Blanks inside the window cost nothing more
+// (they leave the prediction as it is), so a step ends at the next token: with one token per
+// ~4 frames (320 ms, speech in Parakeet's 1024 pieces) 8 frames usually reach it, and silence
+// passes at 8 frames a step. A wider window only gains in long silences, for more rows of
+// logits (batch · window · (V + durations) F32 values).
+constexpr int kWindow = 8;
+
+// Decoding steps replayed between two looks at whether any utterance still decodes: each look
+// waits for the GPU, and once all are done, the steps left of the chunk change nothing.
+constexpr int kStepsPerCheck = 8;
+
+// The largest encoder scratch kept between calls (a minute of audio needs about 250 MB).
+constexpr size_t kKeptScratchBytes = size_t{512} << 20;
 
 // The file, once a usable GPU is known to be there: the first thing a CudaModel does, before its
 // members create streams.
@@ -75,12 +95,10 @@ class CudaModel final : public Model {
   std::unique_ptr<EncodedBatch> encode(
       std::span<const std::span<const float>> utterances) const override {
     check_utterances(utterances);
-    // The front end runs on the CPU, the utterances on parallel threads, and its output is
-    // uploaded. It is the next thing to move to the GPU: 64 utterances of 20 s take 219 ms on
-    // the H200 machine's 16 cores (336 ms one utterance after another), as long as the encoder.
-    const std::vector<std::vector<float>> features_of = batch_features(utterances);
-    std::vector<int64_t> frames;
+    // Feature frames L and encoder frames T of each utterance.
+    std::vector<int64_t> lengths, frames;
     for (std::span<const float> samples : utterances) {
+      lengths.push_back(feature_frames(static_cast<int64_t>(samples.size())));
       frames.push_back(encoder_frames(static_cast<int64_t>(samples.size())));
     }
     auto batch = std::make_unique<CudaBatch>();
@@ -90,12 +108,26 @@ class CudaModel final : public Model {
     batch->head_cols = batch->head_f32 ? config().vocab_size : config().joint_hidden;
     batch->owner = this;
     {
-      // The scratch is freed afterwards, as Whisper's: decoding needs the memory more than the
-      // next encode needs the allocations saved.
       std::lock_guard lock(mutex_);
-      cuda::EncoderBuffers scratch;
-      cuda::encode(*pass_, config(), weights_, features_of, frames, scratch, batch->encoded);
+      // The front end on the GPU, the whole batch at once (features/mel_cuda.h), as
+      // Model::features computes it: the STFT's last frame of each utterance is padding (zeros),
+      // the encoder reads the L before it.
+      features::DeviceMelBatch features;
+      pass_->mark("features");
+      front_end_.compute(utterances, stream_.get(), features);
+      for (size_t b = 0; b < lengths.size(); ++b) {
+        if (features.frames[b] != lengths[b] + 1) {
+          fail("Parakeet front end: ", features.frames[b], " STFT frames for ",
+               utterances[b].size(), " samples, expected ", lengths[b] + 1);
+        }
+      }
+      cuda::encode(*pass_, config(), weights_,
+                   cuda::Features{features.data(), features.padded_frames, lengths}, frames,
+                   encoder_scratch_, batch->encoded);
       stream_.synchronize();
+      // A small scratch stays for the next call (a clip's allocations cost more than its
+      // subsampling); a large one goes: the memory is worth more than the allocations saved.
+      if (encoder_scratch_.bytes() > kKeptScratchBytes) encoder_scratch_ = {};
     }
     return batch;
   }
@@ -125,46 +157,47 @@ class CudaModel final : public Model {
     return result;
   }
 
-  // docs/parakeet.md §5.2 (RNN-T) and §5.3 (TDT): each step runs the joint network for the
-  // utterances still decoding and the prediction network for those that emitted a token; only
-  // the decisions (two numbers per utterance) come back to the host.
+  // docs/parakeet.md §5.2 (RNN-T) and §5.3 (TDT): every step runs the joint network over a
+  // window of each utterance's frames, takes the decisions (transducer_decide) and feeds the
+  // tokens to the prediction network, all on the device; finished utterances stay as they are.
   std::vector<std::vector<Emission>> decode_transducer(const cuda::Encoded& encoded,
                                                        const EmissionPattern* pattern) const {
-    const bool tdt = config().head == Head::tdt;
-    const int batch = encoded.batch;
     std::lock_guard lock(mutex_);
+    const cudaStream_t stream = stream_.get();
+    pass_->mark("transducer search");
     cuda::DecoderBuffers buffers;
-    cuda::start_prediction(*pass_, config(), weights_, batch, buffers);
-    TransducerSearch search(config(), encoded.frames, pattern);
-    std::vector<int32_t> rows, ids(batch);
-    while (search.next_step()) {
-      const std::vector<int64_t>& active = search.active();
-      const auto n = static_cast<int64_t>(active.size());
-      rows.resize(static_cast<size_t>(2 * n));
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t b = active[i];
-        rows[i] = static_cast<int32_t>(b * encoded.padded_frames + search.frame(b));
-        rows[n + i] = static_cast<int32_t>(b);
-      }
-      const std::vector<int32_t> decisions =
-          cuda::joint(*pass_, config(), weights_, encoded, rows, buffers);
-      std::fill(ids.begin(), ids.end(), -1);
-      bool emitted = false;
-      for (int64_t i = 0; i < n; ++i) {
-        const int64_t b = active[i];
-        ids[b] = search.decide(b, decisions[i], tdt ? decisions[n + i] : 0);
-        emitted = emitted || ids[b] >= 0;
-      }
-      if (emitted) cuda::predict(*pass_, config(), weights_, ids, buffers);
+    cuda::start_prediction(*pass_, config(), weights_, encoded.batch, kWindow, buffers);
+    cuda::Search search;
+    cuda::start_search(*pass_, config(), encoded, pattern, search);
+    auto step = [&] { cuda::search_step(*pass_, config(), weights_, encoded, search, buffers); };
+    // Once outside the capture: cuBLASLt picks its kernels and the pass sizes its scratch, so
+    // that the capture allocates nothing.
+    step();
+    gpu::Graph graph;
+    graph.capture(stream, step);
+    // Every step takes at least one decision for each utterance still decoding, and the search
+    // stops an utterance after max_symbols_per_step · T of them.
+    const int64_t most_steps = int64_t{search.capacity};
+    int64_t taken = 1;
+    std::vector<int32_t> count;
+    while (cuda::still_decoding(*pass_, search, count) > 0) {
+      if (taken > most_steps) fail("Parakeet decode: still decoding after ", taken, " steps");
+      for (int i = 0; i < kStepsPerCheck; ++i) graph.launch(stream);
+      taken += kStepsPerCheck;
     }
-    return search.take_emissions();
+    std::vector<std::vector<Emission>> emissions = cuda::take_emissions(*pass_, search, count);
+    pass_->finish_stages();
+    return emissions;
   }
 
   cuda::Weights weights_;
   // The encoder and the decoding steps run on the model's stream, one call at a time.
   mutable std::mutex mutex_;
+  mutable cuda::EncoderBuffers encoder_scratch_;  // used under mutex_
   gpu::Stream stream_;
   std::unique_ptr<gpu::Pass> pass_;
+  // The front end (Model::mel() on the GPU), its scratch used under mutex_.
+  mutable features::CudaMelSpectrogram front_end_{mel()};
 };
 
 }  // namespace

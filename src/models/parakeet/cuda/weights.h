@@ -23,7 +23,10 @@ struct SubsamplingStage {
 struct Subsampling {
   gpu::Buffer conv_weight, conv_bias;  // [C, 3, 3] (one input channel), [C]
   std::vector<SubsamplingStage> stages;
-  gpu::Linear linear;  // [d, C·F] + [d], F the frequency bins after every stage
+  // [d, F·C] + [d], F the frequency bins after every stage: its input columns in (frequency,
+  // channel) order, as the channels-last images hold each time step (transformers: (channel,
+  // frequency)).
+  gpu::Linear linear;
   int kernel = 3, stride = 2, padding = 1;
   float output_scale = 1.0f;  // sqrt(d) with scale_input
 };

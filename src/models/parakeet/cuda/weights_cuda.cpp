@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "base/error.h"
 #include "format/quant.h"
 #include "nn/upload_cuda.h"
 
@@ -35,6 +36,28 @@ gpu::Linear stacked_qkv(const gpu::Uploader& up, const nn::RelPositionAttention&
   return nn::upload_stacked(up, parts);
 }
 
+// The subsampling's output linear with its input columns reordered from transformers' (channel,
+// frequency) flattening, c·F + f, to (frequency, channel), f·C + c: the order in which the
+// channels-last convolutions leave each time step, so no transpose runs before the product.
+gpu::Linear frequency_major(const gpu::Uploader& up, const nn::Linear& layer, int64_t channels) {
+  const Weight& w = layer.weight;
+  const int64_t outputs = w.rows(), inputs = w.cols(), bins = inputs / channels;
+  if (bins * channels != inputs) {
+    fail("Parakeet subsampling: a linear of ", inputs, " inputs after ", channels, " channels");
+  }
+  const std::vector<float> values = scaled_values(w, 1.0f);
+  std::vector<float> reordered(values.size());
+  for (int64_t o = 0; o < outputs; ++o) {
+    const float* row = values.data() + o * inputs;
+    float* target = reordered.data() + o * inputs;
+    for (int64_t c = 0; c < channels; ++c) {
+      for (int64_t f = 0; f < bins; ++f) target[f * channels + c] = row[c * bins + f];
+    }
+  }
+  const Weight view = Weight::f32(reordered.data(), w.shape);
+  return up.linear(view, layer.bias ? &*layer.bias : nullptr);
+}
+
 Subsampling subsampling(const gpu::Uploader& up, const nn::ConvSubsampling& host) {
   Subsampling s;
   s.conv_weight = up.vector(host.conv_weight);
@@ -43,7 +66,7 @@ Subsampling subsampling(const gpu::Uploader& up, const nn::ConvSubsampling& host
     s.stages.push_back({up.vector(stage.depthwise_weight), up.vector(stage.depthwise_bias),
                         nn::upload(up, stage.pointwise)});
   }
-  s.linear = nn::upload(up, host.linear);
+  s.linear = frequency_major(up, host.linear, host.conv_weight.shape[0]);
   s.kernel = static_cast<int>(host.conv_weight.shape[2]);
   s.stride = host.stride;
   s.padding = host.padding;

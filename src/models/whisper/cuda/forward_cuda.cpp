@@ -49,6 +49,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   const int64_t rows = count * frames;
   const int layers = config.decoder_layers;
 
+  pass.mark("encoder convolutions");
   const size_t mel_bytes = sizeof(float) * count * n_mels * in_frames;
   s.mel.reserve(mel_bytes);
   gpu::upload(mel, mel_bytes, s.mel.data(), pass.stream());
@@ -75,13 +76,17 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   s.hidden.reserve(pass.bytes(rows * config.encoder_ffn));
   const int heads = config.encoder_heads;
   for (const EncoderLayer& layer : w.encoder_layers) {
+    pass.mark("encoder attention projections");
     pass.layer_norm(s.x.data(), rows, layer.attention_norm, d, s.h.data());
     pass.linear(s.h.data(), rows, layer.qkv, s.qkv.data());
     const void* q = s.qkv.data();
+    pass.mark("encoder attention");
     gpu::attention(e, q, 3 * d, frames * 3 * d, offset(q, d, e), offset(q, 2 * d, e), 3 * d,
                    frames * 3 * d, s.context.data(), d, frames * d, count, heads, d / heads, frames,
                    frames, w.encoder_scale, /*causal=*/false, pass.stream());
+    pass.mark("encoder attention projections");
     pass.linear(s.context.data(), rows, layer.out, s.x.data(), s.x.data());
+    pass.mark("encoder feed-forward");
     pass.layer_norm(s.x.data(), rows, layer.ffn_norm, d, s.h.data());
     pass.linear(s.h.data(), rows, layer.fc1, s.hidden.data());
     pass.gelu(s.hidden.data(), rows, config.encoder_ffn);
@@ -98,6 +103,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   s.qkv = {};
   s.context = {};
 
+  pass.mark("cross-attention K/V");
   out.count = count;
   out.storage = storage;
   out.frames = gpu::Buffer(pass.bytes(rows * d));
@@ -106,6 +112,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   if (storage == CrossKvStorage::native) {
     out.cross_kv = gpu::Buffer(pass.bytes(rows * kv_width));
     pass.linear(out.frames.data(), rows, w.cross_kv, out.cross_kv.data());
+    pass.finish_stages();
     return;
   }
   // INT8: the product goes through s.hidden a chunk of rows at a time, each chunk quantised from
@@ -124,6 +131,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
                        out.cross_kv.as<int8_t>() + first * kv_width,
                        out.cross_kv_scales.as<float>() + first * scales_per_row, pass.stream());
   }
+  pass.finish_stages();
 }
 
 CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& encoded, int first,
@@ -202,16 +210,19 @@ void decoder_blocks(gpu::Pass& pass, const Config& config, const Weights& w, int
   const int64_t d = config.d_model;
   for (int l = 0; l < config.decoder_layers; ++l) {
     const DecoderLayer& layer = w.decoder_layers[l];
+    pass.mark("decoder self-attention");
     pass.layer_norm(s.x.data(), rows, layer.self_norm, d, s.h.data());
     pass.linear(s.h.data(), rows, layer.qkv, s.qkv.data());
     self_attend(l, s.qkv.data());
     pass.linear(s.context.data(), rows, layer.self_out, s.x.data(), s.x.data());
 
+    pass.mark("decoder cross-attention");
     pass.layer_norm(s.x.data(), rows, layer.cross_norm, d, s.h.data());
     pass.linear(s.h.data(), rows, layer.cross_q, s.q.data());
     cross_attend(l, s.q.data());
     pass.linear(s.context.data(), rows, layer.cross_out, s.x.data(), s.x.data());
 
+    pass.mark("decoder feed-forward");
     pass.layer_norm(s.x.data(), rows, layer.ffn_norm, d, s.h.data());
     pass.linear(s.h.data(), rows, layer.fc1, s.hidden.data());
     pass.gelu(s.hidden.data(), rows, config.decoder_ffn);
@@ -342,6 +353,7 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
   for (int l = 0; l < config.decoder_layers; ++l) {
     const DecoderLayer& layer = w.decoder_layers[l];
     // Self-attention: Q to s.q, this token's K and V straight into the caches.
+    pass.mark("decoder self-attention");
     gpu::KvScatter scatter;
     scatter.k_cache = caches.keys(l);
     scatter.v_cache = caches.values(l);
@@ -356,11 +368,13 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
     pass.step_linear(s.context.data(), batch, layer.self_out, s.x.data(), nullptr, false,
                      s.x.data());
 
+    pass.mark("decoder cross-attention");
     pass.step_linear(s.x.data(), batch, layer.cross_q, s.q.data(), &layer.cross_norm);
     cross_attend_step(pass, config, w, cross, l, s.q.data(), batch, cross_lengths, s);
     pass.step_linear(s.context.data(), batch, layer.cross_out, s.x.data(), nullptr, false,
                      s.x.data());
 
+    pass.mark("decoder feed-forward");
     pass.step_linear(s.x.data(), batch, layer.fc1, s.hidden.data(), &layer.ffn_norm, true);
     pass.step_linear(s.hidden.data(), batch, layer.fc2, s.x.data(), nullptr, false, s.x.data());
   }
@@ -407,8 +421,8 @@ void gather_rows(const void* from, std::span<const int64_t> rows, size_t row_byt
 
 void logits(gpu::Pass& pass, const Config& config, const Weights& w, void* hidden, int64_t rows,
             float* out) {
-  pass.layer_norm(hidden, rows, w.decoder_norm, config.d_model, hidden);
-  pass.linear_f32_out(hidden, rows, w.tokens, out);
+  pass.mark("logits");
+  pass.norm_linear_f32_out(hidden, rows, w.decoder_norm, config.d_model, w.tokens, out);
 }
 
 }  // namespace hark::whisper::cuda

@@ -11,6 +11,7 @@
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
+#include "compute/cuda/graph.h"
 #include "format/gguf.h"
 #include "models/whisper/config.h"
 #include "models/whisper/cuda/forward.h"
@@ -301,34 +302,6 @@ std::unique_ptr<DecoderSession> CudaWhisper::start(std::shared_ptr<const Encoded
   return std::make_unique<CudaSession>(*this, std::move(window_here), n_sequences);
 }
 
-// A captured decode step, destroyed with the object.
-class Graph {
- public:
-  ~Graph() {
-    if (exec_) cudaGraphExecDestroy(exec_);
-    if (graph_) cudaGraphDestroy(graph_);
-  }
-  template <class Body>
-  void capture(cudaStream_t stream, Body body) {
-    gpu::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    try {
-      body();
-    } catch (...) {
-      cudaGraph_t broken = nullptr;
-      cudaStreamEndCapture(stream, &broken);
-      if (broken) cudaGraphDestroy(broken);
-      throw;
-    }
-    gpu::check(cudaStreamEndCapture(stream, &graph_), "end capture");
-    gpu::check(cudaGraphInstantiate(&exec_, graph_, 0), "instantiate the decode step");
-  }
-  void launch(cudaStream_t stream) { gpu::check(cudaGraphLaunch(exec_, stream), "decode step"); }
-
- private:
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
-};
-
 double milliseconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
       .count();
@@ -461,6 +434,7 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
                       positions_dev.as<int32_t>(), lengths_dev.as<int32_t>(),
                       cross_lengths_dev.as<int32_t>(), cross, scratch);
     cuda::logits(pass, config_, weights_, scratch.x.data(), batch, logits_buffer.as<float>());
+    pass.mark("greedy search");
     gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);
     gpu::advance_lengths(positions_dev.as<int32_t>(), batch, 1, stream);
     gpu::advance_lengths(lengths_dev.as<int32_t>(), batch, 1, stream);
@@ -473,7 +447,7 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
     const auto setup_start = std::chrono::steady_clock::now();
     step();  // once outside the capture: cuBLASLt picks its kernels, modules load
     ++taken;
-    Graph graph;
+    gpu::Graph graph;
     graph.capture(stream, step);
     stream_.synchronize();
     if (timing) timing->setup_ms = milliseconds_since(setup_start);
@@ -482,7 +456,12 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
     std::vector<uint8_t> done_host(batch);
     int replayed = 0;
     while (taken < steps) {
-      graph.launch(stream);
+      // While profiling, the step runs eagerly, so that its stages can be timed.
+      if (pass.profiling()) {
+        step();
+      } else {
+        graph.launch(stream);
+      }
       ++taken;
       ++replayed;
       if (exact_steps == 0 && taken % kStepsPerCheck == 0) {
@@ -494,6 +473,7 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
       }
     }
     stream_.synchronize();
+    pass.finish_stages();
     if (timing) {
       timing->steps_ms = milliseconds_since(steps_start);
       timing->steps = replayed;

@@ -1,0 +1,71 @@
+// The kernels of the log-mel front end on the GPU (features/mel_cuda.h), beside the shared ones in
+// kernels.h and under the same rules: every pointer is device memory, every launch is
+// asynchronous on `stream`, nothing synchronises with the host or allocates. All values are F32.
+// The two products of the front end (the DFT and the mel filters) are Gemm calls, not kernels.
+//
+// A batch of utterances is laid out as one padded spectrogram: row r = b · padded_frames + t is
+// frame t of utterance b, whether or not the utterance has that frame.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace hark::compute::cuda {
+
+// One utterance of a batch: where its samples sit in the concatenated signal, its STFT frames
+// (MelSpectrogram::frame_count) and how many of them hold audio (all of them, or all but the
+// last with MelConfig::last_frame_is_padding).
+struct MelUtterance {
+  int64_t offset = 0;
+  int64_t samples = 0;
+  int64_t frames = 0;
+  int64_t audio_frames = 0;
+};
+
+// How frames are cut from the signal. Column c of frame t of an utterance of n samples is the
+// signal at i = t · hop − pad + first + c, for c < span: pre-emphasised (y[i] = x[i] − k x[i−1],
+// y[0] = x[0]), and outside [0, n) either zero or (reflect) y at the index mirrored at both ends
+// without repeating the edge sample. `first` and `span` are the part of the n_fft-point window
+// that is not zero, which is all the DFT needs to see.
+struct MelFraming {
+  int hop = 0;
+  int64_t pad = 0;  // n_fft / 2 with centre padding, else 0
+  int first = 0, span = 0;
+  int width = 0;  // values stored per frame (≥ span; columns past span are zero)
+  bool reflect = false;
+  double preemphasis = 0.0;  // k; 0: off
+};
+
+// frames[i, :] for rows i < rows of [rows, width]: row i is padded row row0 + i (utterance
+// (row0 + i) / padded_frames, frame (row0 + i) % padded_frames), all zeros when the utterance has
+// no such frame or the row is past the batch's. utterances: `batch` entries.
+void mel_frames(const float* signal, const MelUtterance* utterances, int batch,
+                int64_t padded_frames, const MelFraming& framing, int64_t row0, int64_t rows,
+                float* frames, cudaStream_t stream);
+
+// power[i, j] = |re + i·im|^exponent with re = spectrum[i, j], im = spectrum[i, bins + j], for
+// spectrum [rows, 2 · bins] and power [rows, bins].
+void mel_power(const float* spectrum, int64_t rows, int64_t bins, float exponent, float* power,
+               cudaStream_t stream);
+
+enum class MelLog : uint8_t { none, log10, ln };
+
+// In place over x [batch · padded_frames, n_mels]: the audio frames of each utterance become
+// log(max(x, floor) + guard) (floor and guard 0: not applied; MelLog::none: kept as they are),
+// every other row zero.
+void mel_log(float* x, const MelUtterance* utterances, int batch, int64_t padded_frames,
+             int64_t n_mels, MelLog log, float floor, float guard, cudaStream_t stream);
+
+// In place over x [batch · padded_frames, n_mels], per utterance over its audio frames: each mel
+// channel to zero mean and unit standard deviation, x = (x − mean) / (std + 1e-5), the mean and
+// the unbiased variance (0 below two frames) accumulated in double.
+void mel_normalize_per_feature(float* x, const MelUtterance* utterances, int batch,
+                               int64_t padded_frames, int64_t n_mels, cudaStream_t stream);
+
+// In place, per utterance over its audio frames: x = (max(x, top − 8) + 4) / 4, top the largest
+// value among them (Whisper's dynamic range).
+void mel_normalize_dynamic_range(float* x, const MelUtterance* utterances, int batch,
+                                 int64_t padded_frames, int64_t n_mels, cudaStream_t stream);
+
+}  // namespace hark::compute::cuda

@@ -1,0 +1,212 @@
+#include "features/mel_cuda.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <numbers>
+
+#include "base/error.h"
+
+namespace hark::features {
+
+namespace {
+
+namespace gpu = compute::cuda;
+
+// Frames per chunk: the products stay large enough to run at speed, and the scratch (about
+// 80 MB for n_fft 512) stays bounded whatever the batch.
+constexpr int64_t kChunkRows = 16384;
+// The products' row counts are multiples of this (the last chunk's rows rounded up, zero frames),
+// so that the cuBLASLt plans cached per shape stay few however many batch sizes come.
+constexpr int64_t kRowQuantum = 256;
+
+int round_up_to_4(int64_t n) {
+  return static_cast<int>(std::max<int64_t>(4, (n + 3) / 4 * 4));
+}
+
+// Copies `samples` to `to` and returns the first that is NaN or infinite, or -1 (unless `check`
+// is false). A block at a time, each tested while it is in cache; the exponent bits make the
+// common case, all finite, one branch-free pass per block.
+int64_t copy_finite(std::span<const float> samples, float* to, bool check) {
+  constexpr size_t kBlock = 4096;
+  int64_t first_bad = -1;
+  for (size_t start = 0; start < samples.size(); start += kBlock) {
+    const size_t end = std::min(samples.size(), start + kBlock);
+    std::copy(samples.begin() + start, samples.begin() + end, to + start);
+    if (!check || first_bad >= 0) continue;
+    uint32_t bad = 0;
+    for (size_t i = start; i < end; ++i) {
+      bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(to[i]) & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad == 0) continue;
+    for (size_t i = start; i < end && first_bad < 0; ++i) {
+      if (!std::isfinite(to[i])) first_bad = static_cast<int64_t>(i);
+    }
+  }
+  return first_bad;
+}
+
+gpu::MelLog log_of(LogKind kind) {
+  switch (kind) {
+    case LogKind::none:
+      return gpu::MelLog::none;
+    case LogKind::log10:
+      return gpu::MelLog::log10;
+    case LogKind::ln:
+      return gpu::MelLog::ln;
+  }
+  fail("mel on the GPU: unknown log kind ", static_cast<int>(kind));
+}
+
+}  // namespace
+
+CudaMelSpectrogram::CudaMelSpectrogram(const MelSpectrogram& mel) : mel_(mel) {
+  const MelConfig& c = mel_.config();
+  const std::vector<double>& window = mel_.window();
+  const std::vector<double>& filterbank = mel_.filterbank();
+  const int n_bins = mel_.n_bins();
+  // The parameters below are passed to kernels and products as 32-bit values.
+  if (c.n_fft > (1 << 24) || c.hop_length > (1 << 24)) {
+    fail("mel on the GPU: n_fft ", c.n_fft, " and hop_length ", c.hop_length,
+         " must be at most 2^24");
+  }
+  if (c.log_floor > 3e38 || c.log_guard > 3e38) {
+    fail("mel on the GPU: log floor and guard must fit in F32");
+  }
+
+  // The window's non-zero part: the only samples of a frame the DFT needs.
+  int first = 0, last = c.n_fft;
+  while (first < last && window[first] == 0.0) ++first;
+  while (last > first && window[last - 1] == 0.0) --last;
+  framing_.hop = c.hop_length;
+  framing_.pad = c.center ? c.n_fft / 2 : 0;
+  framing_.first = first;
+  framing_.span = last - first;
+  framing_.width = round_up_to_4(framing_.span);  // 16-byte rows for the product
+  framing_.reflect = c.pad_mode == PadMode::reflect;
+  framing_.preemphasis = c.preemphasis;
+
+  // The bins some filter uses; the others contribute exactly zero on the CPU too.
+  int low = n_bins, high = 0;
+  for (int m = 0; m < c.n_mels; ++m) {
+    for (int b = 0; b < n_bins; ++b) {
+      if (filterbank[static_cast<size_t>(m) * n_bins + b] != 0.0) {
+        low = std::min(low, b);
+        high = std::max(high, b + 1);
+      }
+    }
+  }
+  if (low >= high) low = high = 0;
+  first_bin_ = low;
+  bins_ = round_up_to_4(high - low);
+
+  // X[k] = Σ_n w[n] x[n] e^(−2πi k n / n_fft) over the window's non-zero n; the angle's product
+  // is reduced modulo n_fft first so that it stays exact.
+  const int width = framing_.width;
+  std::vector<float> basis(static_cast<size_t>(2 * bins_) * width, 0.0f);
+  for (int j = 0; j < high - low; ++j) {
+    const int64_t bin = low + j;
+    for (int col = 0; col < framing_.span; ++col) {
+      const int64_t n = first + col;
+      const double angle =
+          2.0 * std::numbers::pi * static_cast<double>(bin * n % c.n_fft) / c.n_fft;
+      basis[static_cast<size_t>(j) * width + col] = static_cast<float>(window[n] * std::cos(angle));
+      basis[static_cast<size_t>(bins_ + j) * width + col] =
+          static_cast<float>(-window[n] * std::sin(angle));
+    }
+  }
+  std::vector<float> filters(static_cast<size_t>(c.n_mels) * bins_, 0.0f);
+  for (int m = 0; m < c.n_mels; ++m) {
+    for (int j = 0; j < high - low; ++j) {
+      filters[static_cast<size_t>(m) * bins_ + j] =
+          static_cast<float>(filterbank[static_cast<size_t>(m) * n_bins + low + j]);
+    }
+  }
+  basis_ = gpu::upload_vector(basis);
+  filters_ = gpu::upload_vector(filters);
+}
+
+void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utterances,
+                                 cudaStream_t stream, DeviceMelBatch& out) {
+  const MelConfig& c = mel_.config();
+  const int batch = static_cast<int>(utterances.size());
+  const int64_t mels = c.n_mels;
+  std::vector<gpu::MelUtterance> table(static_cast<size_t>(batch));
+  out.batch = batch;
+  out.frames.assign(static_cast<size_t>(batch), 0);
+  out.padded_frames = 0;
+  int64_t total_samples = 0;
+  for (int b = 0; b < batch; ++b) {
+    const auto count = static_cast<int64_t>(utterances[b].size());
+    const int64_t frames = mel_.frame_count(count);
+    gpu::MelUtterance& u = table[static_cast<size_t>(b)];
+    u.offset = total_samples;
+    u.samples = count;
+    u.frames = frames;
+    u.audio_frames = c.last_frame_is_padding ? std::max<int64_t>(frames - 1, 0) : frames;
+    out.frames[static_cast<size_t>(b)] = frames;
+    out.padded_frames = std::max(out.padded_frames, frames);
+    total_samples += count;
+  }
+  const int64_t rows = batch * out.padded_frames;
+  const int64_t product_rows = (rows + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
+
+  // The samples go up in one copy from page-locked memory, filled on parallel threads (from the
+  // caller's pageable memory they would take the driver's slower staged path, one utterance at a
+  // time), and checked on the way, as MelSpectrogram::compute checks them: audio that gives no
+  // frame is not looked at, and the first bad utterance in order fails, before any GPU work.
+  const size_t signal_bytes = sizeof(float) * static_cast<size_t>(total_samples);
+  auto* staged = static_cast<float*>(staging_.prepare(std::max<size_t>(signal_bytes, 1)));
+  std::vector<int64_t> non_finite(static_cast<size_t>(batch), -1);
+#pragma omp parallel for schedule(dynamic, 1) if (batch > 1)
+  for (int b = 0; b < batch; ++b) {
+    const gpu::MelUtterance& u = table[static_cast<size_t>(b)];
+    non_finite[static_cast<size_t>(b)] =
+        copy_finite(utterances[b], staged + u.offset, u.frames > 0);
+  }
+  for (const int64_t bad : non_finite) {
+    if (bad >= 0) fail("audio sample ", bad, " is not a finite number");
+  }
+  out.values.reserve(sizeof(float) * std::max<int64_t>(product_rows * mels, 1));
+  if (rows == 0) return;
+  out.signal.reserve(std::max<size_t>(signal_bytes, sizeof(float)));
+  staging_.upload(signal_bytes, out.signal.data(), stream);
+  out.utterances.reserve(sizeof(gpu::MelUtterance) * table.size());
+  gpu::upload(table.data(), sizeof(gpu::MelUtterance) * table.size(), out.utterances.data(),
+              stream);
+  const auto* signal = out.signal.as<const float>();
+  const auto* utterance_table = out.utterances.as<const gpu::MelUtterance>();
+  float* values = out.values.as<float>();
+
+  const int64_t chunk = std::min(product_rows, kChunkRows);
+  frames_.reserve(sizeof(float) * chunk * framing_.width);
+  spectrum_.reserve(sizeof(float) * chunk * 2 * bins_);
+  power_.reserve(sizeof(float) * chunk * bins_);
+  for (int64_t row0 = 0; row0 < rows; row0 += chunk) {
+    const int64_t count = std::min(chunk, product_rows - row0);
+    gpu::mel_frames(signal, utterance_table, batch, out.padded_frames, framing_, row0, count,
+                    frames_.as<float>(), stream);
+    gemm_.linear(gpu::Element::f32, frames_.data(), count, framing_.width, basis_.data(), 2 * bins_,
+                 nullptr, nullptr, gpu::Element::f32, spectrum_.data(), stream);
+    gpu::mel_power(spectrum_.as<float>(), count, bins_, static_cast<float>(c.power),
+                   power_.as<float>(), stream);
+    gemm_.linear(gpu::Element::f32, power_.data(), count, bins_, filters_.data(), mels, nullptr,
+                 nullptr, gpu::Element::f32, values + row0 * mels, stream);
+  }
+  gpu::mel_log(values, utterance_table, batch, out.padded_frames, mels, log_of(c.log),
+               static_cast<float>(c.log_floor), static_cast<float>(c.log_guard), stream);
+  switch (c.normalization) {
+    case Normalization::none:
+      break;
+    case Normalization::whisper_dynamic_range:
+      gpu::mel_normalize_dynamic_range(values, utterance_table, batch, out.padded_frames, mels,
+                                       stream);
+      break;
+    case Normalization::per_feature:
+      gpu::mel_normalize_per_feature(values, utterance_table, batch, out.padded_frames, mels,
+                                     stream);
+      break;
+  }
+}
+
+}  // namespace hark::features

@@ -1,0 +1,73 @@
+// The log-mel front end on the GPU: a MelSpectrogram's config, window and filterbank, run over a
+// batch of utterances at once, the features left on the device for an encoder. The same front
+// ends as mel.h (Whisper's, NeMo's), not a copy of one of them.
+//
+// Per batch, on one stream (compute/cuda/kernels_mel.h for the kernels):
+//   frames (pre-emphasis, centre padding) -> DFT: one F32 product with a cos/sin basis that holds
+//   the window -> |X|^power -> mel filters: a second F32 product -> log -> normalisation
+// Only the window's non-zero part and the bins some filter uses enter the products. They run in
+// full F32 (cuBLASLt, no TF32) where the CPU's FFT runs in double: the features agree with
+// MelSpectrogram::compute to F32 rounding of the spectrum (tests/unit/mel_cuda_test.cpp).
+// Included only by code built with CUDA.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "compute/cuda/device.h"
+#include "compute/cuda/gemm.h"
+#include "compute/cuda/kernels_mel.h"
+#include "features/mel.h"
+
+namespace hark::features {
+
+// A batch's features on the device, and what they were computed from.
+struct DeviceMelBatch {
+  int batch = 0;
+  int64_t padded_frames = 0;    // the most frames of any utterance
+  std::vector<int64_t> frames;  // MelSpectrogram::frame_count of each utterance
+  // F32 [batch, padded_frames, n_mels], time-major: values[b, t, m] is the CPU's
+  // compute(utterance b)[m · frames[b] + t]; rows t >= frames[b] are zeros.
+  compute::cuda::Buffer values;
+  // The batch's samples, one utterance after another, and where each sits: the inputs, kept
+  // here so that their memory goes with the batch.
+  compute::cuda::Buffer signal, utterances;
+
+  const float* data() const { return values.as<const float>(); }
+};
+
+class CudaMelSpectrogram {
+ public:
+  // Copies `mel`'s window and filterbank (as F32) into the products' matrices on the device.
+  // Needs a usable GPU (compute::cuda::require_device). Throws hark::Error for a config it cannot
+  // run.
+  explicit CudaMelSpectrogram(const MelSpectrogram& mel);
+
+  const MelSpectrogram& mel() const { return mel_; }
+  const MelConfig& config() const { return mel_.config(); }
+  int n_mels() const { return mel_.n_mels(); }
+
+  // The features of each utterance (mono samples at sample_rate) into `out`, asynchronously on
+  // `stream`: ready once the stream is synchronised. The samples are copied before this returns.
+  // Throws hark::Error, before any work is queued, on a sample that is NaN or infinite (as
+  // MelSpectrogram::compute does). Uses the object's scratch: one call at a time.
+  void compute(std::span<const std::span<const float>> utterances, cudaStream_t stream,
+               DeviceMelBatch& out);
+
+ private:
+  MelSpectrogram mel_;
+  compute::cuda::Gemm gemm_;
+  compute::cuda::MelFraming framing_;
+  int first_bin_ = 0;  // the first FFT bin any filter uses
+  int bins_ = 0;       // bins in the products (those used, padded to a multiple of 4 with zeros)
+  // The DFT's rows [2 · bins_, framing_.width]: window · cos, then window · −sin, of the bins
+  // first_bin_ + j; the mel filters [n_mels, bins_] over the same bins.
+  compute::cuda::Buffer basis_, filters_;
+  // Scratch for one chunk of frames at a time: frames [rows, width], spectrum [rows, 2 · bins_],
+  // power [rows, bins_]. Chunks bound it whatever the batch.
+  compute::cuda::Buffer frames_, spectrum_, power_;
+  compute::cuda::StagingBuffer staging_;  // the samples on their way up
+};
+
+}  // namespace hark::features
