@@ -330,33 +330,61 @@ std::vector<double> rel_attention_reference(const AttentionCase& c, const std::v
   return out;
 }
 
-void check_rel_attention(const AttentionCase& c) {
+// How a check runs the attention: rel_pos_attention's kernel itself (every element type, F32
+// arithmetic), or Pass::rel_pos_attention in F16/BF16 with head sizes of 64 and 128 (the
+// tensor-core path: biased queries, the position scores as a batched product, the flash kernel
+// reading them shifted), its heads in one group or one at a time.
+enum class Route { kernel, pass_all_heads, pass_one_head_at_a_time };
+
+void check_rel_attention(const AttentionCase& c, Route route = Route::kernel) {
   const int64_t width = int64_t{c.heads} * c.head_dim;
   const int batch = static_cast<int>(c.lengths.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const Buffer lengths = upload_ints(c.lengths);
-  for (Element e : kElements) {
+  const std::vector<Element> elements =
+      route == Route::kernel ? std::vector<Element>(std::begin(kElements), std::end(kElements))
+                             : std::vector<Element>{Element::f16, Element::bf16};
+  for (Element e : elements) {
     const std::string what = std::string("rel_pos_attention ") + element_name(e) + " steps " +
-                             std::to_string(c.steps) + " head_dim " + std::to_string(c.head_dim);
-    const DeviceValues qkv = upload_values(e, random_values(batch * c.steps * 3 * width, 13));
-    const DeviceValues p = upload_values(e, random_values((2 * c.steps - 1) * width, 14));
-    const DeviceValues u = upload_values(e, random_values(width, 15, 0.0f, 0.3f));
-    const DeviceValues v = upload_values(e, random_values(width, 16, 0.0f, 0.3f));
-    // Filled with NaN, so that a row the kernel leaves unwritten shows.
+                             std::to_string(c.steps) + " head_dim " + std::to_string(c.head_dim) +
+                             " route " + std::to_string(static_cast<int>(route));
+    const uint32_t seed = route == Route::kernel ? 13 : 17;
+    const DeviceValues qkv = upload_values(e, random_values(batch * c.steps * 3 * width, seed));
+    const DeviceValues p = upload_values(e, random_values((2 * c.steps - 1) * width, seed + 1));
+    const DeviceValues u = upload_values(e, random_values(width, seed + 2, 0.0f, 0.3f));
+    const DeviceValues v = upload_values(e, random_values(width, seed + 3, 0.0f, 0.3f));
+    // Filled with NaN, so that a row left unwritten (padding rows must be zeros) shows.
     const DeviceValues out = upload_values(
         e, std::vector<float>(batch * c.steps * width, std::numeric_limits<float>::quiet_NaN()));
     const auto* base = static_cast<uint8_t*>(qkv.data());
     const size_t column = element_size(e);
-    rel_pos_attention(e, base, base + width * column, base + 2 * width * column, 3 * width,
-                      p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch, c.steps,
-                      c.heads, c.head_dim, scale, out.data(), width, nullptr);
+    // Outputs are weighted means of values of about 1: an absolute bound, from the rounding of
+    // the F32 scores (exp amplifies an error in a score by the score's size) and of the output;
+    // on the tensor cores, q + u, q + v', the position scores and the softmax weights are each
+    // rounded to the element type before a product as well.
+    double tol = e == Element::f32 ? 2e-5 : 4 * rounding(e);
+    if (route == Route::kernel) {
+      rel_pos_attention(e, base, base + width * column, base + 2 * width * column, 3 * width,
+                        p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch, c.steps,
+                        c.heads, c.head_dim, scale, out.data(), width, nullptr);
+    } else {
+      ASSERT_TRUE(padded_attention_runs(e, c.head_dim));
+      Pass pass(e, nullptr);
+      if (route == Route::pass_one_head_at_a_time) pass.limit_relative_scores(1);
+      pass.rel_pos_attention(base, base + width * column, base + 2 * width * column, 3 * width,
+                             p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch,
+                             c.steps, c.heads, c.head_dim, scale, out.data(), width);
+      tol = 8 * rounding(e);
+    }
     const std::vector<double> want =
         rel_attention_reference(c, qkv.values, p.values, u.values, v.values, scale);
-    // Outputs are weighted means of values of about 1: an absolute bound, from the rounding of
-    // the F32 scores (exp amplifies an error in a score by the score's size) and of the output.
-    const double tol = e == Element::f32 ? 2e-5 : 4 * rounding(e);
     expect_close(download_values(e, out.data(), want.size()), want, tol, what);
   }
+}
+
+void check_tensor_core_rel_attention(const AttentionCase& c) {
+  check_rel_attention(c, Route::pass_all_heads);
+  check_rel_attention(c, Route::pass_one_head_at_a_time);
 }
 
 TEST(ParakeetKernelsCuda, RelPosAttentionOddHeadSizeSeveralTiles) {
@@ -377,44 +405,6 @@ TEST(ParakeetKernelsCuda, RelPosAttentionTinyHeads) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   check_rel_attention({5, 4, 1, {5, 2}});
-}
-
-// Pass::rel_pos_attention in F16/BF16 with head sizes of 64 and 128: the tensor-core path
-// (biased queries, the position scores as a batched product, the flash kernel reading them
-// shifted), with the heads in one group and one at a time. Rows past each length must come back
-// as zeros; the output starts as NaN so that any row left unwritten shows.
-void check_tensor_core_rel_attention(const AttentionCase& c) {
-  const int64_t width = int64_t{c.heads} * c.head_dim;
-  const int batch = static_cast<int>(c.lengths.size());
-  const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-  const Buffer lengths = upload_ints(c.lengths);
-  for (Element e : {Element::f16, Element::bf16}) {
-    ASSERT_TRUE(padded_attention_runs(e, c.head_dim));
-    for (bool one_head_at_a_time : {false, true}) {
-      const std::string what = std::string("Pass::rel_pos_attention ") + element_name(e) +
-                               " steps " + std::to_string(c.steps) + " head_dim " +
-                               std::to_string(c.head_dim) +
-                               (one_head_at_a_time ? " one head at a time" : " all heads");
-      const DeviceValues qkv = upload_values(e, random_values(batch * c.steps * 3 * width, 17));
-      const DeviceValues p = upload_values(e, random_values((2 * c.steps - 1) * width, 18));
-      const DeviceValues u = upload_values(e, random_values(width, 19, 0.0f, 0.3f));
-      const DeviceValues v = upload_values(e, random_values(width, 20, 0.0f, 0.3f));
-      const DeviceValues out = upload_values(
-          e, std::vector<float>(batch * c.steps * width, std::numeric_limits<float>::quiet_NaN()));
-      const auto* base = static_cast<uint8_t*>(qkv.data());
-      const size_t column = element_size(e);
-      Pass pass(e, nullptr);
-      if (one_head_at_a_time) pass.limit_relative_scores(1);
-      pass.rel_pos_attention(base, base + width * column, base + 2 * width * column, 3 * width,
-                             p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch,
-                             c.steps, c.heads, c.head_dim, scale, out.data(), width);
-      const std::vector<double> want =
-          rel_attention_reference(c, qkv.values, p.values, u.values, v.values, scale);
-      // Beyond the F32 kernel's error: q + u, q + v', the position scores and the softmax
-      // weights are each rounded to the element type before a product.
-      expect_close(download_values(e, out.data(), want.size()), want, 8 * rounding(e), what);
-    }
-  }
 }
 
 TEST(ParakeetKernelsCuda, RelPosAttentionOnTensorCoresHeadDim64) {

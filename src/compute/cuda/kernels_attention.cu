@@ -921,6 +921,32 @@ struct AttentionArguments {
   const RelativeScores* relative = nullptr;  // padded_attention's
 };
 
+AttentionArguments attention_arguments(const void* q, int64_t q_row_stride, int64_t q_batch_stride,
+                                       const void* k, const void* v, int64_t kv_row_stride,
+                                       int64_t kv_batch_stride, void* out, int64_t out_row_stride,
+                                       int64_t out_batch_stride, int batch, int heads, int head_dim,
+                                       int64_t q_len, int64_t kv_len, float scale, bool causal) {
+  AttentionArguments a{};
+  a.q = q;
+  a.q_row_stride = q_row_stride;
+  a.q_batch_stride = q_batch_stride;
+  a.k = k;
+  a.v = v;
+  a.kv_row_stride = kv_row_stride;
+  a.kv_batch_stride = kv_batch_stride;
+  a.out = out;
+  a.out_row_stride = out_row_stride;
+  a.out_batch_stride = out_batch_stride;
+  a.batch = batch;
+  a.heads = heads;
+  a.head_dim = head_dim;
+  a.q_len = static_cast<int>(q_len);
+  a.kv_len = static_cast<int>(kv_len);
+  a.scale = scale;
+  a.causal = causal;
+  return a;
+}
+
 template <class T, int kHeadDim, bool kRelative>
 void launch_flash_kernel(const AttentionArguments& a, cudaStream_t stream) {
   using Shape = FlashShape<kHeadDim>;
@@ -1070,23 +1096,9 @@ void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_s
                int head_dim, int64_t q_len, int64_t kv_len, float scale, bool causal,
                cudaStream_t stream) {
   if (batch <= 0 || heads <= 0 || q_len <= 0) return;
-  const AttentionArguments arguments{q,
-                                     q_row_stride,
-                                     q_batch_stride,
-                                     k,
-                                     v,
-                                     kv_row_stride,
-                                     kv_batch_stride,
-                                     out,
-                                     out_row_stride,
-                                     out_batch_stride,
-                                     batch,
-                                     heads,
-                                     head_dim,
-                                     static_cast<int>(q_len),
-                                     static_cast<int>(kv_len),
-                                     scale,
-                                     causal};
+  const AttentionArguments arguments = attention_arguments(
+      q, q_row_stride, q_batch_stride, k, v, kv_row_stride, kv_batch_stride, out, out_row_stride,
+      out_batch_stride, batch, heads, head_dim, q_len, kv_len, scale, causal);
   with_type(e, [&](auto zero) { launch_attention<decltype(zero)>(arguments, stream); });
 }
 
@@ -1100,23 +1112,9 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
                       const int32_t* lengths, const RelativeScores* relative, int batch, int heads,
                       int head_dim, int64_t steps, float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0 || steps <= 0) return;
-  AttentionArguments a{q,
-                       q_row_stride,
-                       q_batch_stride,
-                       k,
-                       v,
-                       kv_row_stride,
-                       kv_batch_stride,
-                       out,
-                       out_row_stride,
-                       out_batch_stride,
-                       batch,
-                       heads,
-                       head_dim,
-                       static_cast<int>(steps),
-                       static_cast<int>(steps),
-                       scale,
-                       false};
+  AttentionArguments a = attention_arguments(
+      q, q_row_stride, q_batch_stride, k, v, kv_row_stride, kv_batch_stride, out, out_row_stride,
+      out_batch_stride, batch, heads, head_dim, steps, steps, scale, /*causal=*/false);
   a.lengths = lengths;
   a.relative = relative;
   if (!padded_attention_runs(e, head_dim) || !(scale > 0.0f) || !flash_aligned(a) ||
