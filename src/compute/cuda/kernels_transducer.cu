@@ -21,8 +21,7 @@ constexpr int kThreads = 256;
 __global__ void transducer_rows_kernel(TransducerState state, int batch, int window,
                                        int64_t padded_frames, int32_t* rows) {
   const int64_t n = static_cast<int64_t>(batch) * window;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+  HARK_FLAT_LOOP(i, n) {
     const int64_t b = i / window, w = i % window;
     // max(…, 0): an utterance without frames never decodes; its rows only have to be valid.
     const int64_t last = max(static_cast<int64_t>(state.frames[b]) - 1, int64_t{0});
@@ -123,9 +122,8 @@ void transducer_rows(TransducerState state, int batch, int window, int64_t padde
                      int32_t* rows, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(batch) * window;
   if (n <= 0) return;
-  const auto blocks = static_cast<unsigned>(std::clamp<int64_t>(ceil_div(n, kThreads), 1, 65536));
-  transducer_rows_kernel<<<blocks, kThreads, 0, stream>>>(state, batch, window, padded_frames,
-                                                          rows);
+  transducer_rows_kernel<<<flat_blocks(n, kThreads), kThreads, 0, stream>>>(state, batch, window,
+                                                                            padded_frames, rows);
   check_launch("transducer_rows");
 }
 
