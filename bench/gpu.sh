@@ -6,9 +6,9 @@
 # transformers, for the ratios), parakeet (hark bench and bench/transformers_parakeet.py on
 # parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16), parakeet-oracle (tools/oracle/parakeet.py:
 # the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz), profile (hark bench
-# with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3). Default: the first
-# four. Full logs go to OUT_DIR; a short summary is
-# printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
+# with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3), nsys (Nsight Systems' kernel
+# table for the Parakeet batch, where nsys is installed). Default: the first four. Full logs go
+# to OUT_DIR; a short summary is printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -83,21 +83,47 @@ if has parakeet; then
       --repeats 3 >> "$out/parakeet.log" 2>&1
     echo "exit $? (transformers $model)" >> "$out/parakeet.log"
   done
-  grep -vE "^\{|^JSON" "$out/parakeet.log" | tail -40 >> "$summary"
+  # Larger offline batches (hark alone): 20-s utterances 128 at a time, 10-s ones 128 and 256.
+  for run in "20 128" "10 128,256"; do
+    set -- $run
+    timeout 300 "$build/hark" bench --device cuda --model parakeet-tdt-0.6b-v2 --type bf16 \
+      --batches "$2" --seconds "$1" --repeats 3 >> "$out/parakeet.log" 2>&1
+    echo "exit $? (hark parakeet-tdt-0.6b-v2, $2 x $1 s)" >> "$out/parakeet.log"
+  done
+  grep -vE "^\{|^JSON|warn|_VF|RNN module" "$out/parakeet.log" | tail -60 >> "$summary"
 fi
 
 if has profile; then
   echo "== GPU time by stage (HARK_CUDA_PROFILE: eager decode steps, events between stages)" \
     | tee -a "$summary"
   HARK_CUDA_PROFILE=1 timeout 300 "$build/hark" bench --device cuda --model parakeet-tdt-0.6b-v2 \
-    --type bf16 --batches 64 --seconds 20 --repeats 2 >> "$out/profile.log" 2>&1
+    --type bf16 --batches 64 --seconds 20 --repeats 2 --pipeline 1 >> "$out/profile.log" 2>&1
   echo "exit $? (parakeet-tdt-0.6b-v2)" >> "$out/profile.log"
+  HARK_CUDA_PROFILE=1 timeout 300 "$build/hark" bench --device cuda --model parakeet-tdt-0.6b-v2 \
+    --type bf16 --batches 1 --seconds 10 --repeats 5 >> "$out/profile.log" 2>&1
+  echo "exit $? (parakeet-tdt-0.6b-v2, one 10-s clip)" >> "$out/profile.log"
   for batches in 1 16; do
     HARK_CUDA_PROFILE=1 timeout 300 "$build/hark" bench --device cuda --model large-v3 --type f16 \
       --batches "$batches" --tokens 40 --windows 2 >> "$out/profile.log" 2>&1
     echo "exit $? (large-v3, batch $batches)" >> "$out/profile.log"
   done
   cat "$out/profile.log" >> "$summary"
+fi
+
+if has nsys; then
+  echo "== Nsight Systems: GPU kernels by total time (Parakeet batch of 64 x 20 s)" | tee -a "$summary"
+  if command -v nsys > /dev/null; then
+    nsys_dir=$(mktemp -d)
+    timeout 300 nsys profile -o "$nsys_dir/parakeet" --force-overwrite true "$build/hark" bench \
+      --device cuda --model parakeet-tdt-0.6b-v2 --type bf16 --batches 64 --seconds 20 \
+      --repeats 2 > "$out/nsys.log" 2>&1
+    nsys stats --report cuda_gpu_kern_sum --format csv "$nsys_dir/parakeet.nsys-rep" \
+      >> "$out/nsys.log" 2>&1
+    head -40 "$out/nsys.log" | cut -c1-250 >> "$summary"
+    rm -rf "$nsys_dir"
+  else
+    echo "nsys is not installed on this machine" | tee -a "$summary"
+  fi
 fi
 
 if has transformers; then

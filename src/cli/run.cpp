@@ -441,13 +441,11 @@ int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
       Transcript transcript;
       transcript.duration = static_cast<double>(samples.size()) / config.sample_rate;
       ProgressLine progress("hark: " + shown_name(inputs[i]));
-      for (size_t first = 0; first < pieces.size(); first += batch_size) {
-        const size_t count = std::min<size_t>(batch_size, pieces.size() - first);
-        for (Segment& segment :
-             parakeet::transcribe_pieces(*model, std::span(pieces).subspan(first, count))) {
-          if (!segment.text.empty()) transcript.segments.push_back(std::move(segment));
-        }
-        progress.update(static_cast<double>(first + count) / static_cast<double>(pieces.size()));
+      for (Segment& segment : parakeet::transcribe_pieces(
+               *model, pieces, static_cast<size_t>(batch_size), [&](size_t done) {
+                 progress.update(static_cast<double>(done) / static_cast<double>(pieces.size()));
+               })) {
+        if (!segment.text.empty()) transcript.segments.push_back(std::move(segment));
       }
       progress.clear();
       log_speed(shown_name(inputs[i]), transcript.duration, seconds_since(started), "");

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
+#include <exception>
 #include <numbers>
 
 #include "base/error.h"
@@ -19,6 +22,12 @@ constexpr int64_t kChunkRows = 16384;
 // The products' row counts are multiples of this (the last chunk's rows rounded up, zero frames),
 // so that the cuBLASLt plans cached per shape stay few however many batch sizes come.
 constexpr int64_t kRowQuantum = 256;
+
+// Samples per piece of the upload: small enough that the copies to the GPU start early and the
+// last one ends soon after the threads finish, large enough that each copy runs at speed.
+constexpr int64_t kPieceSamples = int64_t{1} << 18;  // 1 MiB
+// Where the utterance table sits in the staging buffer, after the samples.
+constexpr size_t kTableAlignment = 16;
 
 int round_up_to_4(int64_t n) {
   return static_cast<int>(std::max<int64_t>(4, (n + 3) / 4 * 4));
@@ -86,7 +95,8 @@ CudaMelSpectrogram::CudaMelSpectrogram(const MelSpectrogram& mel) : mel_(mel) {
   framing_.reflect = c.pad_mode == PadMode::reflect;
   framing_.preemphasis = c.preemphasis;
 
-  // The bins some filter uses; the others contribute exactly zero on the CPU too.
+  // The bins some filter uses; the others contribute exactly zero on the CPU too. The padding
+  // bins' filter columns are zero: what the spectrum holds there does not count, if finite.
   int low = n_bins, high = 0;
   for (int m = 0; m < c.n_mels; ++m) {
     for (int b = 0; b < n_bins; ++b) {
@@ -100,20 +110,27 @@ CudaMelSpectrogram::CudaMelSpectrogram(const MelSpectrogram& mel) : mel_(mel) {
   first_bin_ = low;
   bins_ = round_up_to_4(high - low);
 
-  // X[k] = Σ_n w[n] x[n] e^(−2πi k n / n_fft) over the window's non-zero n; the angle's product
-  // is reduced modulo n_fft first so that it stays exact.
-  const int width = framing_.width;
-  std::vector<float> basis(static_cast<size_t>(2 * bins_) * width, 0.0f);
-  for (int j = 0; j < high - low; ++j) {
-    const int64_t bin = low + j;
-    for (int col = 0; col < framing_.span; ++col) {
-      const int64_t n = first + col;
-      const double angle =
-          2.0 * std::numbers::pi * static_cast<double>(bin * n % c.n_fft) / c.n_fft;
-      basis[static_cast<size_t>(j) * width + col] = static_cast<float>(window[n] * std::cos(angle));
-      basis[static_cast<size_t>(bins_ + j) * width + col] =
-          static_cast<float>(-window[n] * std::sin(angle));
+  fft_ = gpu::mel_fft_supported(c.n_fft);
+  if (fft_) {
+    window_ = gpu::upload_vector(window);
+  } else {
+    // X[k] = Σ_n w[n] x[n] e^(−2πi k n / n_fft) over the window's non-zero n; the angle's
+    // product is reduced modulo n_fft first so that it stays exact.
+    const int width = framing_.width;
+    std::vector<float> basis(static_cast<size_t>(2 * bins_) * width, 0.0f);
+    for (int j = 0; j < high - low; ++j) {
+      const int64_t bin = low + j;
+      for (int col = 0; col < framing_.span; ++col) {
+        const int64_t n = first + col;
+        const double angle =
+            2.0 * std::numbers::pi * static_cast<double>(bin * n % c.n_fft) / c.n_fft;
+        basis[static_cast<size_t>(j) * width + col] =
+            static_cast<float>(window[n] * std::cos(angle));
+        basis[static_cast<size_t>(bins_ + j) * width + col] =
+            static_cast<float>(-window[n] * std::sin(angle));
+      }
     }
+    basis_ = gpu::upload_vector(basis);
   }
   std::vector<float> filters(static_cast<size_t>(c.n_mels) * bins_, 0.0f);
   for (int m = 0; m < c.n_mels; ++m) {
@@ -122,7 +139,6 @@ CudaMelSpectrogram::CudaMelSpectrogram(const MelSpectrogram& mel) : mel_(mel) {
           static_cast<float>(filterbank[static_cast<size_t>(m) * n_bins + low + j]);
     }
   }
-  basis_ = gpu::upload_vector(basis);
   filters_ = gpu::upload_vector(filters);
 }
 
@@ -150,46 +166,96 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
   }
   const int64_t rows = batch * out.padded_frames;
   const int64_t product_rows = (rows + kRowQuantum - 1) / kRowQuantum * kRowQuantum;
-
-  // The samples go up in one copy from page-locked memory, filled on parallel threads (from the
-  // caller's pageable memory they would take the driver's slower staged path, one utterance at a
-  // time), and checked on the way, as MelSpectrogram::compute checks them: audio that gives no
-  // frame is not looked at, and the first bad utterance in order fails, before any GPU work.
-  const size_t signal_bytes = sizeof(float) * static_cast<size_t>(total_samples);
-  auto* staged = static_cast<float*>(staging_.prepare(std::max<size_t>(signal_bytes, 1)));
-  std::vector<int64_t> non_finite(static_cast<size_t>(batch), -1);
-#pragma omp parallel for schedule(dynamic, 1) if (batch > 1)
-  for (int b = 0; b < batch; ++b) {
-    const gpu::MelUtterance& u = table[static_cast<size_t>(b)];
-    non_finite[static_cast<size_t>(b)] =
-        copy_finite(utterances[b], staged + u.offset, u.frames > 0);
-  }
-  for (const int64_t bad : non_finite) {
-    if (bad >= 0) fail("audio sample ", bad, " is not a finite number");
-  }
   out.values.reserve(sizeof(float) * std::max<int64_t>(product_rows * mels, 1));
+  // No utterance gives a frame: no sample is looked at, as on the CPU, and there is no work.
   if (rows == 0) return;
+
+  // The samples go up from page-locked memory (from the caller's pageable memory they would take
+  // the driver's slower staged path), filled on parallel threads a piece at a time, each piece
+  // queued for upload as soon as it is filled, so that the copies to the GPU run while other
+  // threads still fill. The utterance table goes up from there too (it sits after the samples).
+  const size_t signal_bytes = sizeof(float) * static_cast<size_t>(total_samples);
+  const size_t table_offset =
+      (signal_bytes + kTableAlignment - 1) / kTableAlignment * kTableAlignment;
+  const size_t table_bytes = sizeof(gpu::MelUtterance) * table.size();
+  auto* staged = static_cast<std::byte*>(staging_.prepare(table_offset + table_bytes));
+  auto* staged_signal = reinterpret_cast<float*>(staged);
   out.signal.reserve(std::max<size_t>(signal_bytes, sizeof(float)));
-  staging_.upload(signal_bytes, out.signal.data(), stream);
-  out.utterances.reserve(sizeof(gpu::MelUtterance) * table.size());
-  gpu::upload(table.data(), sizeof(gpu::MelUtterance) * table.size(), out.utterances.data(),
-              stream);
+  out.utterances.reserve(table_bytes);
+  std::memcpy(staged + table_offset, table.data(), table_bytes);
+  staging_.upload_part(table_offset, table_bytes, out.utterances.data(), stream);
+
+  // Each piece is a range of the concatenated signal, across utterances, and is checked on the
+  // way as MelSpectrogram::compute checks samples: only those of utterances that give frames.
+  const int64_t pieces = (total_samples + kPieceSamples - 1) / kPieceSamples;
+  std::vector<int64_t> first_non_finite(static_cast<size_t>(pieces), -1);  // a signal position
+  std::exception_ptr upload_error;  // exceptions cannot leave the parallel loop
+  float* device_signal = out.signal.as<float>();
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+  for (int64_t piece = 0; piece < pieces; ++piece) {
+    const int64_t begin = piece * kPieceSamples;
+    const int64_t end = std::min(total_samples, begin + kPieceSamples);
+    auto b = static_cast<int>(std::partition_point(table.begin(), table.end(),
+                                                   [&](const gpu::MelUtterance& u) {
+                                                     return u.offset + u.samples <= begin;
+                                                   }) -
+                              table.begin());
+    for (; b < batch && table[static_cast<size_t>(b)].offset < end; ++b) {
+      const gpu::MelUtterance& u = table[static_cast<size_t>(b)];
+      const int64_t from = std::max(begin, u.offset);
+      const int64_t to = std::min(end, u.offset + u.samples);
+      if (from >= to) continue;
+      const int64_t bad = copy_finite(utterances[b].subspan(static_cast<size_t>(from - u.offset),
+                                                            static_cast<size_t>(to - from)),
+                                      staged_signal + from, u.frames > 0);
+      int64_t& first = first_non_finite[static_cast<size_t>(piece)];
+      if (bad >= 0 && first < 0) first = from + bad;
+    }
+    try {
+      staging_.upload_part(sizeof(float) * static_cast<size_t>(begin),
+                           sizeof(float) * static_cast<size_t>(end - begin), device_signal + begin,
+                           stream);
+    } catch (...) {
+#pragma omp critical(hark_mel_upload_error)
+      if (!upload_error) upload_error = std::current_exception();
+    }
+  }
+  staging_.finish_uploads();
+  if (upload_error) std::rethrow_exception(upload_error);
+  // The first bad piece holds the first bad sample of the first bad utterance: before any kernel
+  // is queued (the uploads only wrote the batch's own buffers), as the CPU reports it.
+  for (const int64_t position : first_non_finite) {
+    if (position < 0) continue;
+    const auto owner = std::partition_point(
+        table.begin(), table.end(),
+        [&](const gpu::MelUtterance& u) { return u.offset + u.samples <= position; });
+    fail("audio sample ", position - owner->offset, " is not a finite number");
+  }
+
   const auto* signal = out.signal.as<const float>();
   const auto* utterance_table = out.utterances.as<const gpu::MelUtterance>();
   float* values = out.values.as<float>();
 
   const int64_t chunk = std::min(product_rows, kChunkRows);
-  frames_.reserve(sizeof(float) * chunk * framing_.width);
-  spectrum_.reserve(sizeof(float) * chunk * 2 * bins_);
   power_.reserve(sizeof(float) * chunk * bins_);
+  if (!fft_) {
+    frames_.reserve(sizeof(float) * chunk * framing_.width);
+    spectrum_.reserve(sizeof(float) * chunk * 2 * bins_);
+  }
+  const auto exponent = static_cast<float>(c.power);
   for (int64_t row0 = 0; row0 < rows; row0 += chunk) {
     const int64_t count = std::min(chunk, product_rows - row0);
-    gpu::mel_frames(signal, utterance_table, batch, out.padded_frames, framing_, row0, count,
-                    frames_.as<float>(), stream);
-    gemm_.linear(gpu::Element::f32, frames_.data(), count, framing_.width, basis_.data(), 2 * bins_,
-                 nullptr, nullptr, gpu::Element::f32, spectrum_.data(), stream);
-    gpu::mel_power(spectrum_.as<float>(), count, bins_, static_cast<float>(c.power),
-                   power_.as<float>(), stream);
+    if (fft_) {
+      gpu::mel_power_spectrum(signal, utterance_table, batch, out.padded_frames, framing_, c.n_fft,
+                              window_.as<const double>(), first_bin_, bins_, exponent, row0, count,
+                              power_.as<float>(), stream);
+    } else {
+      gpu::mel_frames(signal, utterance_table, batch, out.padded_frames, framing_, row0, count,
+                      frames_.as<float>(), stream);
+      gemm_.linear(gpu::Element::f32, frames_.data(), count, framing_.width, basis_.data(),
+                   2 * bins_, nullptr, nullptr, gpu::Element::f32, spectrum_.data(), stream);
+      gpu::mel_power(spectrum_.as<float>(), count, bins_, exponent, power_.as<float>(), stream);
+    }
     gemm_.linear(gpu::Element::f32, power_.data(), count, bins_, filters_.data(), mels, nullptr,
                  nullptr, gpu::Element::f32, values + row0 * mels, stream);
   }

@@ -2,12 +2,17 @@
 // batch of utterances at once, the features left on the device for an encoder. The same front
 // ends as mel.h (Whisper's, NeMo's), not a copy of one of them.
 //
-// Per batch, on one stream (compute/cuda/kernels_mel.h for the kernels):
-//   frames (pre-emphasis, centre padding) -> DFT: one F32 product with a cos/sin basis that holds
-//   the window -> |X|^power -> mel filters: a second F32 product -> log -> normalisation
-// Only the window's non-zero part and the bins some filter uses enter the products. They run in
-// full F32 (cuBLASLt, no TF32) where the CPU's FFT runs in double: the features agree with
-// MelSpectrogram::compute to F32 rounding of the spectrum (tests/unit/mel_cuda_test.cpp).
+// Per batch, on one stream (compute/cuda/kernels_mel.h for the kernels): the samples go up in
+// parts, each as soon as it is staged, then
+//   n_fft a power of two (NeMo's 512): per frame, one kernel: the frame (pre-emphasis, centre
+//     padding, window) -> an F32 FFT in shared memory -> |X|^power
+//   any other n_fft (Whisper's 400): frames -> DFT: one F32 product with a cos/sin basis that
+//     holds the window -> |X|^power
+//   -> mel filters: an F32 product -> log -> normalisation
+// Only the bins some filter uses (and, for the product, the window's non-zero part) enter the
+// products. They run in full F32 (cuBLASLt, no TF32) where the CPU's FFT runs in double: the
+// features agree with MelSpectrogram::compute to F32 rounding of the spectrum
+// (tests/unit/mel_cuda_test.cpp).
 // Included only by code built with CUDA.
 #pragma once
 
@@ -47,11 +52,15 @@ class CudaMelSpectrogram {
   const MelSpectrogram& mel() const { return mel_; }
   const MelConfig& config() const { return mel_.config(); }
   int n_mels() const { return mel_.n_mels(); }
+  // Whether the spectrum comes from the FFT kernel (n_fft a power of two it takes) rather than
+  // from the DFT product.
+  bool uses_fft() const { return fft_; }
 
   // The features of each utterance (mono samples at sample_rate) into `out`, asynchronously on
   // `stream`: ready once the stream is synchronised. The samples are copied before this returns.
-  // Throws hark::Error, before any work is queued, on a sample that is NaN or infinite (as
-  // MelSpectrogram::compute does). Uses the object's scratch: one call at a time.
+  // Throws hark::Error, before any kernel is queued, on a sample that is NaN or infinite (as
+  // MelSpectrogram::compute does; copies into out's buffers may be queued, and `out` is not to be
+  // used). Uses the object's scratch: one call at a time.
   void compute(std::span<const std::span<const float>> utterances, cudaStream_t stream,
                DeviceMelBatch& out);
 
@@ -59,15 +68,17 @@ class CudaMelSpectrogram {
   MelSpectrogram mel_;
   compute::cuda::Gemm gemm_;
   compute::cuda::MelFraming framing_;
+  bool fft_ = false;
   int first_bin_ = 0;  // the first FFT bin any filter uses
-  int bins_ = 0;       // bins in the products (those used, padded to a multiple of 4 with zeros)
-  // The DFT's rows [2 · bins_, framing_.width]: window · cos, then window · −sin, of the bins
-  // first_bin_ + j; the mel filters [n_mels, bins_] over the same bins.
-  compute::cuda::Buffer basis_, filters_;
-  // Scratch for one chunk of frames at a time: frames [rows, width], spectrum [rows, 2 · bins_],
-  // power [rows, bins_]. Chunks bound it whatever the batch.
+  int bins_ = 0;       // bins in the products (those used, padded to a multiple of 4)
+  // The FFT's window [n_fft] in double. For the product instead, the DFT's rows
+  // [2 · bins_, framing_.width]: window · cos, then window · −sin, of the bins first_bin_ + j.
+  compute::cuda::Buffer window_, basis_;
+  compute::cuda::Buffer filters_;  // the mel filters [n_mels, bins_] over the bins first_bin_ + j
+  // Scratch for one chunk of frames at a time: power [rows, bins_], and for the product frames
+  // [rows, width] and spectrum [rows, 2 · bins_]. Chunks bound it whatever the batch.
   compute::cuda::Buffer frames_, spectrum_, power_;
-  compute::cuda::StagingBuffer staging_;  // the samples on their way up
+  compute::cuda::StagingBuffer staging_;  // the samples and the utterance table on their way up
 };
 
 }  // namespace hark::features

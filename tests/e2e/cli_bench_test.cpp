@@ -85,6 +85,23 @@ TEST(CliBench, ParakeetTimesTheClipAndABatchWithThePattern) {
     // RTFx = audio / total; both printed rounded to 0.1.
     EXPECT_NEAR(row.rtfx, row.audio_seconds / (row.total_ms / 1000), 0.03 * row.rtfx + 0.1);
   }
+
+  // The pipelined row: 3 batches of the row's 2 utterances through encode_and_decode, every
+  // token of every batch counted, the whole run timed.
+  const size_t at = result.out.find("\npipelined ");
+  ASSERT_NE(at, std::string::npos) << result.out;
+  std::istringstream fields(result.out.substr(at + 1, result.out.find('\n', at + 1) - at - 1));
+  std::string label, batches, features, encoder, decoder;
+  double audio_seconds = 0, total_ms = 0, rtfx = 0;
+  int tokens_counted = 0;
+  fields >> label >> batches >> audio_seconds >> features >> encoder >> decoder >> total_ms >>
+      tokens_counted >> rtfx;
+  ASSERT_FALSE(fields.fail()) << result.out;
+  EXPECT_EQ(batches, "3x2");
+  EXPECT_DOUBLE_EQ(audio_seconds, 18.0);
+  EXPECT_EQ(tokens_counted, 3 * 2 * tokens(3.0));
+  EXPECT_GT(total_ms, 0);
+  EXPECT_NEAR(rtfx, audio_seconds / (total_ms / 1000), 0.03 * rtfx + 0.1);
 }
 
 TEST(CliBench, ParakeetHelpAndErrors) {
@@ -100,6 +117,8 @@ TEST(CliBench, ParakeetHelpAndErrors) {
            {{"bench", "--model", "parakeet-tiny-test", "--tokens", "5"}, 2, "--tokens"},
            {{"bench", "--model", "parakeet-tiny-test", "--seconds", "0"}, 2, "--seconds"},
            {{"bench", "--model", "parakeet-tiny-test", "--batches", "0"}, 2, "--batches"},
+           {{"bench", "--model", "parakeet-tiny-test", "--pipeline", "0"}, 2, "--pipeline"},
+           {{"bench", "--model", "tiny", "--pipeline", "2"}, 2, "--pipeline"},
            {{"bench", "--model", "tiny", "--seconds", "5"}, 2, "--seconds"},
        }) {
     const ProcessResult result = hark(args);

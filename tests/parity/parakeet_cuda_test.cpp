@@ -96,6 +96,44 @@ TEST_P(ParakeetCuda, PatternDecodingMatchesTheCpuModel) {
   }
 }
 
+// The pipeline (encode_and_decode: a batch decodes on another thread while the next encodes,
+// on streams of their own) gives each batch what encoding and decoding it alone gives, in order;
+// a batch's outputs read right after encode() returns (its work still queued) are complete.
+TEST_P(ParakeetCuda, PipelinedBatchesMatchEachBatchAlone) {
+  const auto model = load(DType::F32);
+  EmissionPattern pattern;
+  pattern.frames_per_token = 3;
+  pattern.duration = 2;
+  const std::vector<std::span<const float>> clips = all_clips();
+  std::vector<std::vector<std::span<const float>>> batches;
+  for (size_t i = 0; i < 5; ++i) {  // batches of one, two and three clips, some repeated
+    std::vector<std::span<const float>> batch;
+    for (size_t j = 0; j <= i % 3; ++j) batch.push_back(clips[(i + j) % clips.size()]);
+    batches.push_back(batch);
+  }
+  std::vector<size_t> order;
+  std::vector<std::vector<std::vector<Emission>>> pipelined(batches.size());
+  encode_and_decode(*model, batches, &pattern,
+                    [&](size_t batch, std::vector<std::vector<Emission>> emissions) {
+                      order.push_back(batch);
+                      pipelined[batch] = std::move(emissions);
+                    });
+  ASSERT_EQ(order.size(), batches.size());
+  for (size_t i = 0; i < batches.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(order[i], i);
+    const auto encoded = model->encode(batches[i]);
+    const std::vector<float> first_output = encoded->output(0);  // no wait() before it
+    const auto alone = model->decode_pattern(*encoded, pattern);
+    ASSERT_EQ(pipelined[i].size(), alone.size());
+    for (size_t c = 0; c < alone.size(); ++c)
+      testing::expect_same_emissions(pipelined[i][c], alone[c]);
+    const auto again = model->encode(batches[i]);
+    again->wait();
+    EXPECT_EQ(again->output(0), first_output);
+  }
+}
+
 // transformers' own bfloat16 error on a clip's encoder output (tools/oracle/parakeet_bf16.py).
 namespace fs = std::filesystem;
 

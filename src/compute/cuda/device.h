@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -26,9 +27,16 @@ class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(size_t bytes);  // throws hark::Error (with sizes) when the GPU is out of memory
+  // Stream-ordered: from the device's memory pool in `stream`'s order, returned to the pool in
+  // the destructor without waiting (cudaFree waits for the whole device, which would stall
+  // whatever another stream overlaps). The owner must make sure that no work still uses it by
+  // then and that `stream` outlives it.
+  Buffer(size_t bytes, cudaStream_t stream);
   ~Buffer();
   Buffer(Buffer&& other) noexcept
-      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+      : data_(std::exchange(other.data_, nullptr)),
+        bytes_(std::exchange(other.bytes_, 0)),
+        stream_(std::exchange(other.stream_, nullptr)) {}
   Buffer& operator=(Buffer&& other) noexcept;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -45,6 +53,7 @@ class Buffer {
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  cudaStream_t stream_ = nullptr;  // stream-ordered when set
 };
 
 // Copies between host and device on `stream` (synchronously when stream is null).
@@ -60,6 +69,10 @@ Buffer upload_vector(const std::vector<T>& values, cudaStream_t stream = nullptr
 
 // Page-locked host memory that uploads go through: the GPU reads it at full speed and without
 // the driver's intermediate copy, asynchronously. Refilling it waits for the copies that read it.
+//
+// A fill may go up in parts, each queued as soon as it is written, so that the copies run while
+// the rest is still being filled: upload_part() from any thread, then finish_uploads() once all
+// of them are queued. One event, recorded then after the last, is what prepare() waits for.
 class StagingBuffer {
  public:
   StagingBuffer() = default;
@@ -70,19 +83,32 @@ class StagingBuffer {
   // At least `bytes` of host memory to fill (contents lost when it grows), once every upload
   // queued from it has finished.
   void* prepare(size_t bytes);
-  // Queues a copy of its first `bytes` to `device` on `stream`.
+  // Queues a copy of its first `bytes` to `device` on `stream`, and finishes the fill's uploads.
   void upload(size_t bytes, void* device, cudaStream_t stream);
+  // Queues a copy of `bytes` from `offset` to `device` on `stream`. Safe to call from several
+  // threads at once, each for a part it has finished writing; every part of a fill goes on the
+  // same stream (throws hark::Error otherwise).
+  void upload_part(size_t offset, size_t bytes, void* device, cudaStream_t stream);
+  // Marks the parts queued so far as the fill's last: call it after every upload_part() call has
+  // returned (the threads that made them joined), also when the fill is abandoned. prepare() and
+  // the destructor call it too, but there the event would wait for all the stream's later work.
+  void finish_uploads();
 
  private:
   void* data_ = nullptr;
   size_t bytes_ = 0;
-  cudaEvent_t uploaded_ = nullptr;  // recorded after the last upload
+  cudaEvent_t uploaded_ = nullptr;  // recorded after the last upload of the last finished fill
+  // The stream of the parts queued since the last finish_uploads(); null when there are none.
+  std::atomic<cudaStream_t> unfinished_{nullptr};
 };
 
 // A non-blocking stream, destroyed with the object.
 class Stream {
  public:
-  Stream();
+  enum class Priority { normal, high };
+  // High: its kernels are scheduled ahead of those of normal streams when both wait for the GPU
+  // (a decoder's short steps beside another batch's encoder).
+  explicit Stream(Priority priority = Priority::normal);
   ~Stream();
   Stream(const Stream&) = delete;
   Stream& operator=(const Stream&) = delete;
@@ -91,6 +117,22 @@ class Stream {
 
  private:
   cudaStream_t stream_ = nullptr;
+};
+
+// A point in a stream's work, for another stream or the host to wait for. Destroyed with the
+// object.
+class Event {
+ public:
+  Event();
+  ~Event();
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  void record(cudaStream_t stream);
+  void synchronize() const;                  // the host waits for it
+  void make_wait(cudaStream_t other) const;  // `other`'s later work waits for it
+
+ private:
+  cudaEvent_t event_ = nullptr;
 };
 
 // Makes device 0 current on the calling thread; throws hark::Error when there is no usable GPU.

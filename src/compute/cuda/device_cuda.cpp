@@ -25,6 +25,29 @@ std::string gib(size_t bytes) {
   return text;
 }
 
+[[noreturn]] void throw_out_of_memory(size_t bytes) {
+  size_t free_bytes = 0, total_bytes = 0;
+  cudaMemGetInfo(&free_bytes, &total_bytes);
+  throw OutOfMemory("out of GPU memory: " + gib(bytes) + " asked for, " + gib(free_bytes) + " of " +
+                    gib(total_bytes) + " free (try a smaller --batch-size or a quantized model)");
+}
+
+// The device's pool keeps what stream-ordered buffers return (by default it gives memory back to
+// the system at every synchronisation, and the next allocation maps it again).
+void keep_pool_memory() {
+  static const bool kept = [] {
+    int device = 0;
+    cudaMemPool_t pool = nullptr;
+    check(cudaGetDevice(&device), "current device");
+    check(cudaDeviceGetDefaultMemPool(&pool, device), "memory pool");
+    uint64_t threshold = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold),
+          "memory pool");
+    return true;
+  }();
+  (void)kept;
+}
+
 }  // namespace
 
 void check(cudaError_t status, const char* what) {
@@ -37,16 +60,25 @@ void check_launch(const char* what) {
   check(cudaGetLastError(), what);
 }
 
+Buffer::Buffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
+  if (bytes == 0) return;
+  keep_pool_memory();
+  const cudaError_t status = cudaMallocAsync(&data_, bytes, stream);
+  if (status == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    throw_out_of_memory(bytes);
+  }
+  check(status, "cudaMallocAsync");
+  bytes_ = bytes;
+  count_allocation(bytes);
+}
+
 Buffer::Buffer(size_t bytes) {
   if (bytes == 0) return;
   const cudaError_t status = cudaMalloc(&data_, bytes);
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    size_t free_bytes = 0, total_bytes = 0;
-    cudaMemGetInfo(&free_bytes, &total_bytes);
-    throw OutOfMemory("out of GPU memory: " + gib(bytes) + " asked for, " + gib(free_bytes) +
-                      " of " + gib(total_bytes) +
-                      " free (try a smaller --batch-size or a quantized model)");
+    throw_out_of_memory(bytes);
   }
   check(status, "cudaMalloc");
   bytes_ = bytes;
@@ -55,7 +87,11 @@ Buffer::Buffer(size_t bytes) {
 
 Buffer::~Buffer() {
   if (data_ != nullptr) {
-    cudaFree(data_);
+    if (stream_ != nullptr) {
+      cudaFreeAsync(data_, stream_);
+    } else {
+      cudaFree(data_);
+    }
     in_use.fetch_sub(bytes_);
   }
 }
@@ -65,15 +101,21 @@ Buffer& Buffer::operator=(Buffer&& other) noexcept {
     Buffer dying(std::move(*this));
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    stream_ = std::exchange(other.stream_, nullptr);
   }
   return *this;
 }
 
 void Buffer::reserve(size_t bytes) {
-  if (bytes > bytes_) *this = Buffer(bytes);
+  if (bytes <= bytes_) return;
+  *this = stream_ != nullptr ? Buffer(bytes, stream_) : Buffer(bytes);
 }
 
 StagingBuffer::~StagingBuffer() {
+  // Raw calls, as a destructor must not throw; copies still queued end before their memory goes.
+  if (const cudaStream_t stream = unfinished_.exchange(nullptr); stream != nullptr) {
+    cudaStreamSynchronize(stream);
+  }
   if (uploaded_ != nullptr) {
     cudaEventSynchronize(uploaded_);
     cudaEventDestroy(uploaded_);
@@ -82,6 +124,7 @@ StagingBuffer::~StagingBuffer() {
 }
 
 void* StagingBuffer::prepare(size_t bytes) {
+  finish_uploads();
   if (uploaded_ != nullptr) check(cudaEventSynchronize(uploaded_), "wait for an upload");
   if (bytes > bytes_) {
     if (data_ != nullptr) check(cudaFreeHost(data_), "free page-locked memory");
@@ -94,13 +137,38 @@ void* StagingBuffer::prepare(size_t bytes) {
 }
 
 void StagingBuffer::upload(size_t bytes, void* device, cudaStream_t stream) {
+  upload_part(0, bytes, device, stream);
+  finish_uploads();
+}
+
+void StagingBuffer::upload_part(size_t offset, size_t bytes, void* device, cudaStream_t stream) {
   if (bytes == 0) return;
-  if (bytes > bytes_) fail("staging buffer: ", bytes, " bytes to upload from ", bytes_);
-  check(cudaMemcpyAsync(device, data_, bytes, cudaMemcpyHostToDevice, stream), "copy to the GPU");
+  if (offset > bytes_ || bytes > bytes_ - offset) {
+    fail("staging buffer: ", bytes, " bytes at ", offset, " to upload from ", bytes_);
+  }
+  // The default stream by its own handle, as null means that no part is unfinished.
+  if (stream == nullptr) stream = cudaStreamLegacy;
+  // The stream is noted before the copy is queued, so that finish_uploads() cannot miss it.
+  cudaStream_t expected = nullptr;
+  if (!unfinished_.compare_exchange_strong(expected, stream) && expected != stream) {
+    fail("staging buffer: the parts of one fill must go up on one stream");
+  }
+  check(cudaMemcpyAsync(device, static_cast<char*>(data_) + offset, bytes, cudaMemcpyHostToDevice,
+                        stream),
+        "copy to the GPU");
+}
+
+void StagingBuffer::finish_uploads() {
+  const cudaStream_t stream = unfinished_.load();
+  if (stream == nullptr) return;
   if (uploaded_ == nullptr) {
     check(cudaEventCreateWithFlags(&uploaded_, cudaEventDisableTiming), "staging event");
   }
+  // Stream order is the order of the calls that queued the work, so the event follows every part
+  // queued before this call, from whichever thread. Should the record fail, the parts stay
+  // unfinished, and the destructor still waits for them.
   check(cudaEventRecord(uploaded_, stream), "staging event");
+  unfinished_.store(nullptr);
 }
 
 void upload(const void* host, size_t bytes, void* device, cudaStream_t stream) {
@@ -122,12 +190,32 @@ void download(const void* device, size_t bytes, void* host, cudaStream_t stream)
   }
 }
 
-Stream::Stream() {
-  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "stream");
+Stream::Stream(Priority priority) {
+  int lowest = 0, highest = 0;  // numerically, the greatest priority is the lowest number
+  check(cudaDeviceGetStreamPriorityRange(&lowest, &highest), "stream priorities");
+  check(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking,
+                                     priority == Priority::high ? highest : lowest),
+        "stream");
 }
 Stream::~Stream() {
   cudaStreamDestroy(stream_);
 }
+Event::Event() {
+  check(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming), "event");
+}
+Event::~Event() {
+  cudaEventDestroy(event_);
+}
+void Event::record(cudaStream_t stream) {
+  check(cudaEventRecord(event_, stream), "record an event");
+}
+void Event::synchronize() const {
+  check(cudaEventSynchronize(event_), "wait for an event");
+}
+void Event::make_wait(cudaStream_t other) const {
+  check(cudaStreamWaitEvent(other, event_, 0), "wait for an event");
+}
+
 void Stream::synchronize() const {
   check(cudaStreamSynchronize(stream_), "synchronize");
 }

@@ -107,6 +107,19 @@ __device__ __forceinline__ void store_pack(const float (&in)[N], T* target) {
   *reinterpret_cast<R*>(target) = raw;
 }
 
+// The pack of a vector that may be absent (a bias): its values from `first` on, or zeros when
+// `vector` is null.
+template <int N, class T>
+__device__ __forceinline__ void load_pack_or_zeros(const T* vector, int64_t first,
+                                                   float (&out)[N]) {
+  if (vector != nullptr) {
+    load_pack(vector + first, out);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) out[i] = 0.0f;
+}
+
 // Values in a 16-byte pack: the widest single load.
 template <class T>
 constexpr int kWidePack = static_cast<int>(16 / sizeof(T));

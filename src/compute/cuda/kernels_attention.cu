@@ -203,6 +203,12 @@ struct FlashShape {
   static constexpr size_t kSharedBytes = size_t{kFlashRows + 4 * kFlashKeys} * kStride * 2;
 };
 
+// Relative-position scores staged per key tile: kFlashKeys values from up to 7 before them, in
+// 16-byte pieces.
+constexpr int kBandChunks = kFlashKeys / 8 + 1;
+constexpr int kBandStride = kBandChunks * 8;
+constexpr size_t kBandBytes = size_t{2} * kFlashRows * kBandStride * 2;
+
 // 2^x on the special function unit; tiny results flush to zero, which P in F16/BF16 cannot hold.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
@@ -218,9 +224,10 @@ struct RelativeRows {
   int steps;
 };
 
-// With kRelative, each score q·k gets its relative-position score added first. With `lengths`
-// (null: q_len and kv_len for every sequence), sequence b has lengths[b] valid queries and keys,
-// and its query rows from there to q_len are written as zeros.
+// With kRelative, each score q·k gets its relative-position score added first; the scores a key
+// tile needs (a shifted band of 128 rows) are staged in shared memory with its keys and values.
+// With `lengths` (null: q_len and kv_len for every sequence), sequence b has lengths[b] valid
+// queries and keys, and its query rows from there to q_len are written as zeros.
 template <class T, int kHeadDim, bool kRelative>
 __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
                                   FlashShape<kHeadDim>::kBlocksPerSm)
@@ -243,6 +250,8 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
   T* const q_tile = reinterpret_cast<T*>(flash_shared);   // [kFlashRows][kStride]
   T* const k_tiles = q_tile + kFlashRows * kStride;       // [2][kFlashKeys][kStride]
   T* const v_tiles = k_tiles + 2 * kFlashKeys * kStride;  // [2][kFlashKeys][kStride]
+  // With kRelative: [2][kFlashRows][kBandStride], the position scores of a key tile.
+  T* const band_tiles = v_tiles + 2 * kFlashKeys * kStride;
 
   const int first_query = blockIdx.x * kFlashRows;
   const int head = blockIdx.y, sequence = blockIdx.z;
@@ -277,6 +286,11 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
     copy_async_16(q_tile + row * kStride + column,
                   q + (inside ? first_query + row : 0) * q_row_stride + column, inside);
   }
+  // Query i's position scores for keys j are row i of the relative scores from column
+  // steps − 1 − i + j on (rows 16-byte aligned, RelativeScores). A key tile's band row holds the
+  // row's 16-byte pieces that cover its kFlashKeys columns: they start band_shift(i) values
+  // before the tile's first key (first keys are multiples of 8).
+  auto band_shift = [&](int query) { return (relative.steps - 1 - query) & 7; };
   auto load_keys = [&](int tile, int buffer) {
     const int first_key = tile * kFlashKeys;
     for (int piece = thread; piece < kFlashKeys * kChunks; piece += kThreads) {
@@ -286,6 +300,19 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
       const int target = (buffer * kFlashKeys + row) * kStride + column;
       copy_async_16(k_tiles + target, k + source, inside);
       copy_async_16(v_tiles + target, v + source, inside);
+    }
+    if constexpr (kRelative) {
+      // Staged with K and V, so that these gathered, shifted reads overlap the tile before.
+      // Rows of padding, and pieces past a row's end (a tile past the last key), are zeros.
+      for (int piece = thread; piece < kFlashRows * kBandChunks; piece += kThreads) {
+        const int row = piece / kBandChunks, chunk = piece % kBandChunks;
+        const int query = first_query + row;
+        const int64_t column =
+            int64_t{relative.steps - 1 - query + first_key - band_shift(query)} + chunk * 8;
+        const bool inside = query < q_len && column < relative.row_stride;
+        copy_async_16(band_tiles + (buffer * kFlashRows + row) * kBandStride + chunk * 8,
+                      relative_rows + (inside ? query * relative.row_stride + column : 0), inside);
+      }
     }
   };
   if (tiles > 0) load_keys(0, 0);
@@ -367,20 +394,20 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
 
     const int first_key = tile * kFlashKeys;
     if constexpr (kRelative) {
-      // The position scores of this thread's (query, key) pairs: two neighbouring keys per row.
+      // This thread's position scores: two neighbouring keys in each of its rows, from the band
+      // (load_keys says where a row's scores start in it).
+      const T* const band = band_tiles + buffer * kFlashRows * kBandStride;
 #pragma unroll
       for (int rb = 0; rb < kRowBlocks; ++rb) {
 #pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const int row = row_base + rb * 16 + (e >> 1) * 8;
-          if (row >= q_len) continue;
-          const T* scores_row =
-              relative_rows + row * relative.row_stride + relative.steps - 1 - row;
+        for (int r = 0; r < 2; ++r) {
+          const int local_row = warp_row + rb * 16 + group + r * 8;
+          const T* const row_scores =
+              band + local_row * kBandStride + band_shift(first_query + local_row);
 #pragma unroll
           for (int n = 0; n < kKeyTiles8; ++n) {
-            const int key = first_key + n * 8 + pair * 2;
-            if (key < kv_len) scores[rb][n][e] += to_float(scores_row[key]);
-            if (key + 1 < kv_len) scores[rb][n][e + 1] += to_float(scores_row[key + 1]);
+            scores[rb][n][2 * r] += to_float(row_scores[n * 8 + pair * 2]);
+            scores[rb][n][2 * r + 1] += to_float(row_scores[n * 8 + pair * 2 + 1]);
           }
         }
       }
@@ -950,7 +977,7 @@ AttentionArguments attention_arguments(const void* q, int64_t q_row_stride, int6
 template <class T, int kHeadDim, bool kRelative>
 void launch_flash_kernel(const AttentionArguments& a, cudaStream_t stream) {
   using Shape = FlashShape<kHeadDim>;
-  constexpr size_t shared_bytes = Shape::kSharedBytes;
+  constexpr size_t shared_bytes = Shape::kSharedBytes + (kRelative ? kBandBytes : 0);
   static const bool configured =
       (allow_shared_memory(flash_attention_kernel<T, kHeadDim, kRelative>, shared_bytes), true);
   (void)configured;
@@ -1118,7 +1145,9 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
   a.lengths = lengths;
   a.relative = relative;
   if (!padded_attention_runs(e, head_dim) || !(scale > 0.0f) || !flash_aligned(a) ||
-      (relative != nullptr && !aligned(relative->scores, 2))) {
+      (relative != nullptr &&
+       (!aligned(relative->scores, 16) || relative->row_stride % 8 != 0 ||
+        relative->head_stride % 8 != 0 || relative->batch_stride % 8 != 0))) {
     fail(
         "padded attention: needs F16/BF16, head_dim 64 or 128, scale > 0 and 16-byte aligned "
         "rows (got head_dim ",

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
@@ -32,26 +33,71 @@ __device__ __forceinline__ float relu_value(float x) {
 
 // ---- Convolutional subsampling ----------------------------------------------------------------
 
-// Both subsampling convolutions. One block per output row (b, t): threads along x take packs of
-// N channels (16 bytes when the channels allow), threads along y the row's columns in turn. A
-// thread keeps its channels' taps in registers and reads each input pixel once for all N of them
-// (one value with one input channel, N neighbouring ones for a depthwise convolution), so loads
-// are 1/N of the multiply-adds; writes are whole packs; no index is divided per output.
-// kDepthwise: channel c reads input channel c of channels-last x; otherwise every channel reads
-// the one channel of x. kKernel: the kernel size when known at compile time (3, every
-// FastConformer), 0 for any other (taps then come from memory).
+// Both subsampling convolutions. A block computes a tile of up to tile_rows × tile_cols output
+// pixels of one image (8 rows of 64 columns: whole rows of FastConformer's images): threads along
+// x take packs of N channels (16 bytes when the channels allow), threads along y the tile's
+// columns in turn. A thread loads the taps of its channels once, as whole packs of tap-major w,
+// keeps them in registers and walks its pixels of the tile, so that loading taps, bias and
+// indices is spread over many outputs; writes are whole packs, contiguous across a warp. Inputs:
+//   one channel (kDepthwise false): the block first stages the patch of x that its tile reads in
+//   shared memory, as F32 with zeros outside the image and at rows past the valid ones; every
+//   value then goes to all packs of channels (one address per warp: a broadcast), with no bound
+//   to check per tap.
+//   depthwise: channel c reads channel c of channels-last x, a pack per tap, through the cache
+//   (neighbouring pixels share most of their inputs, and the tile's rows are in one block).
+// kKernel: the kernel size when known at compile time (3, every FastConformer), 0 for any other
+// (taps then come from memory for every use).
+constexpr int kConvTileRows = 8;
+constexpr int kConvTileCols = 64;
+// Patch values a thread of the one-channel convolution stages at a time.
+constexpr int kConvStageBatch = 4;
+// Shared memory a block may use without opting in to more.
+constexpr int64_t kMaxSharedBytes = 48 * 1024;
+
 template <class T, bool kDepthwise, int kKernel, int N>
-__global__ void conv2d_rows_kernel(const T* x, int64_t height, int64_t width, int64_t channels,
-                                   const int32_t* heights, const T* w, const T* bias,
-                                   int runtime_kernel, int stride, int padding, bool relu,
-                                   int64_t out_height, int64_t out_width, T* y) {
+__global__ void __launch_bounds__(kThreads)
+    conv2d_tiles_kernel(const T* x, int64_t height, int64_t width, int64_t channels,
+                        const int32_t* heights, const T* w, const T* bias, int runtime_kernel,
+                        int stride, int padding, bool relu, int64_t out_height, int64_t out_width,
+                        int64_t row_tiles, int tile_rows, int tile_cols, T* y) {
+  // One channel: [patch_rows][patch_cols], the input rows and columns of the tile.
+  extern __shared__ __align__(16) float patch[];
   const int kernel = kKernel > 0 ? kKernel : runtime_kernel;
-  const int64_t output_row = blockIdx.x;  // b · out_height + t
-  const int64_t b = output_row / out_height, t = output_row - b * out_height;
+  const int64_t b = blockIdx.x / row_tiles;
+  const int64_t first_row = (blockIdx.x - b * row_tiles) * tile_rows;
+  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * tile_cols;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(tile_rows), out_height - first_row));
+  const int cols = static_cast<int>(min(static_cast<int64_t>(tile_cols), out_width - first_col));
   const int64_t valid_rows = min(static_cast<int64_t>(heights[b]), height);
   const int64_t in_channels = kDepthwise ? channels : 1;
   const T* image = x + b * height * width * in_channels;
-  const int64_t first_input_row = t * stride - padding;
+  // The input pixel under tap (0, 0) of the tile's first output.
+  const int64_t top = first_row * stride - padding, left = first_col * stride - padding;
+  const int patch_cols = (cols - 1) * stride + kernel;
+  if constexpr (!kDepthwise) {
+    // kConvStageBatch values per thread at a time, all loaded before any is stored, so that each
+    // thread keeps several loads in flight.
+    const int patch_values = ((rows - 1) * stride + kernel) * patch_cols;
+    const int thread = threadIdx.y * blockDim.x + threadIdx.x;
+    const int threads = blockDim.x * blockDim.y;
+    for (int first = thread; first < patch_values; first += kConvStageBatch * threads) {
+      float values[kConvStageBatch];
+#pragma unroll
+      for (int k = 0; k < kConvStageBatch; ++k) {
+        const int at = first + k * threads;
+        const int64_t row = top + at / patch_cols, col = left + at % patch_cols;
+        const bool inside =
+            at < patch_values && row >= 0 && row < valid_rows && col >= 0 && col < width;
+        values[k] = inside ? to_float(image[row * width + col]) : 0.0f;
+      }
+#pragma unroll
+      for (int k = 0; k < kConvStageBatch; ++k) {
+        const int at = first + k * threads;
+        if (at < patch_values) patch[at] = values[k];
+      }
+    }
+    __syncthreads();
+  }
   const int64_t packs = channels / N;
   for (int64_t pack = threadIdx.x; pack < packs; pack += blockDim.x) {
     const int64_t c0 = pack * N;
@@ -59,88 +105,102 @@ __global__ void conv2d_rows_kernel(const T* x, int64_t height, int64_t width, in
     float taps[kTaps][N];
     if constexpr (kKernel > 0) {
 #pragma unroll
-      for (int k = 0; k < kTaps; ++k) {
-#pragma unroll
-        for (int n = 0; n < N; ++n) taps[k][n] = to_float(w[(c0 + n) * kTaps + k]);
-      }
+      for (int k = 0; k < kTaps; ++k) load_pack(w + k * channels + c0, taps[k]);
     }
     float start[N];
-    if (bias != nullptr) {
-      load_pack(bias + c0, start);
-    } else {
+    load_pack_or_zeros(bias, c0, start);
+    for (int r = 0; r < rows; ++r) {
+      T* out = y + ((b * out_height + first_row + r) * out_width + first_col) * channels + c0;
+      for (int f = threadIdx.y; f < cols; f += blockDim.y) {
+        // With kKernel > 0 both loops over taps have constant bounds: unrolled, the taps stay in
+        // registers.
+        float sum[N];
 #pragma unroll
-      for (int n = 0; n < N; ++n) start[n] = 0.0f;
-    }
-    const T* column_c = image + (kDepthwise ? c0 : 0);
-    for (int64_t f = threadIdx.y; f < out_width; f += blockDim.y) {
-      float sum[N];
+        for (int n = 0; n < N; ++n) sum[n] = start[n];
 #pragma unroll
-      for (int n = 0; n < N; ++n) sum[n] = start[n];
-      const int64_t first_col = f * stride - padding;
-      // With kKernel > 0 both loops have constant bounds: unrolled, the taps stay in registers.
+        for (int i = 0; i < kernel; ++i) {
+          const int64_t row = top + r * stride + i;
+          if (kDepthwise && (row < 0 || row >= valid_rows)) continue;
 #pragma unroll
-      for (int i = 0; i < kernel; ++i) {
-        const int64_t row = first_input_row + i;
-        if (row < 0 || row >= valid_rows) continue;
-#pragma unroll
-        for (int j = 0; j < kernel; ++j) {
-          const int64_t col = first_col + j;
-          if (col < 0 || col >= width) continue;
-          float in[N];
-          if constexpr (kDepthwise) {
-            load_pack(column_c + (row * width + col) * in_channels, in);
-          } else {
-            const float value = to_float(column_c[row * width + col]);
-#pragma unroll
-            for (int n = 0; n < N; ++n) in[n] = value;
-          }
-#pragma unroll
-          for (int n = 0; n < N; ++n) {
-            float tap;
-            if constexpr (kKernel > 0) {
-              tap = taps[i * kernel + j][n];
+          for (int j = 0; j < kernel; ++j) {
+            float in[N];
+            if constexpr (kDepthwise) {
+              const int64_t col = left + f * stride + j;
+              if (col < 0 || col >= width) continue;
+              load_pack(image + (row * width + col) * channels + c0, in);
             } else {
-              tap = to_float(w[(c0 + n) * kernel * kernel + i * kernel + j]);
+              const float value = patch[(r * stride + i) * patch_cols + f * stride + j];
+#pragma unroll
+              for (int n = 0; n < N; ++n) in[n] = value;
             }
-            sum[n] = fmaf(tap, in[n], sum[n]);
+            float tap[N];
+            if constexpr (kKernel > 0) {
+#pragma unroll
+              for (int n = 0; n < N; ++n) tap[n] = taps[i * kernel + j][n];
+            } else {
+              load_pack(w + (i * kernel + j) * channels + c0, tap);
+            }
+#pragma unroll
+            for (int n = 0; n < N; ++n) sum[n] = fmaf(tap[n], in[n], sum[n]);
           }
         }
-      }
-      if (relu) {
+        if (relu) {
 #pragma unroll
-        for (int n = 0; n < N; ++n) sum[n] = relu_value(sum[n]);
+          for (int n = 0; n < N; ++n) sum[n] = relu_value(sum[n]);
+        }
+        store_pack(sum, out + f * channels);
       }
-      store_pack(sum, y + (output_row * out_width + f) * channels + c0);
     }
   }
 }
 
 template <class T, bool kDepthwise>
-void launch_conv2d_rows(const void* x, int batch, int64_t height, int64_t width, int64_t channels,
-                        const int32_t* heights, const void* w, const void* bias, int kernel,
-                        int stride, int padding, bool relu, int64_t out_height, int64_t out_width,
-                        void* y, cudaStream_t stream) {
-  const int64_t rows = batch * out_height;
-  if (rows > INT32_MAX) fail("subsampling convolution: ", rows, " output rows are too many");
+void launch_conv2d_tiles(const void* x, int batch, int64_t height, int64_t width, int64_t channels,
+                         const int32_t* heights, const void* w, const void* bias, int kernel,
+                         int stride, int padding, bool relu, int64_t out_height, int64_t out_width,
+                         void* y, cudaStream_t stream) {
+  const char* name = kDepthwise ? "depthwise_conv2d" : "conv2d_one_channel";
+  int tile_rows = static_cast<int>(std::min<int64_t>(kConvTileRows, out_height));
+  int tile_cols = static_cast<int>(std::min<int64_t>(kConvTileCols, out_width));
+  auto patch_bytes = [&] {
+    if (kDepthwise) return int64_t{0};
+    return static_cast<int64_t>(sizeof(float)) * ((tile_rows - 1) * int64_t{stride} + kernel) *
+           ((tile_cols - 1) * int64_t{stride} + kernel);
+  };
+  // Large kernels or strides: smaller tiles, so that the patch fits.
+  while (patch_bytes() > kMaxSharedBytes && (tile_cols > 1 || tile_rows > 1)) {
+    if (tile_cols > 1) {
+      tile_cols = (tile_cols + 1) / 2;
+    } else {
+      tile_rows = (tile_rows + 1) / 2;
+    }
+  }
+  if (patch_bytes() > kMaxSharedBytes) fail(name, ": a kernel of ", kernel, " is too large");
+  const int64_t row_tiles = ceil_div(out_height, tile_rows);
+  const int64_t blocks_x = batch * row_tiles, blocks_y = ceil_div(out_width, tile_cols);
+  if (blocks_x > INT32_MAX || blocks_y > kMaxBlocksY) {
+    fail(name, ": ", batch, " images of ", out_height, " × ", out_width, " outputs are too many");
+  }
   auto launch = [&](auto kernel_size, auto pack) {
     constexpr int N = decltype(pack)::value;
     const int64_t packs = channels / N;
     const int along_x = static_cast<int>(std::min<int64_t>(kThreads, ceil_div(packs, 32) * 32));
-    const int along_y = static_cast<int>(std::clamp<int64_t>(kThreads / along_x, 1, out_width));
-    conv2d_rows_kernel<T, kDepthwise, decltype(kernel_size)::value, N>
-        <<<static_cast<unsigned>(rows), dim3(along_x, along_y), 0, stream>>>(
+    const int along_y = std::clamp(kThreads / along_x, 1, tile_cols);
+    conv2d_tiles_kernel<T, kDepthwise, decltype(kernel_size)::value, N>
+        <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
+           dim3(along_x, along_y), static_cast<size_t>(patch_bytes()), stream>>>(
             static_cast<const T*>(x), height, width, channels, heights, static_cast<const T*>(w),
             static_cast<const T*>(bias), kernel, stride, padding, relu, out_height, out_width,
-            static_cast<T*>(y));
+            row_tiles, tile_rows, tile_cols, static_cast<T*>(y));
   };
   // Packs of 16 bytes: 8 channels of 16-bit values, 4 of F32.
   constexpr int kChannelPack = kWidePack<T>;
-  const bool packed = packable(channels, kChannelPack, sizeof(T), {bias, y}) &&
+  const bool packed = packable(channels, kChannelPack, sizeof(T), {w, bias, y}) &&
                       (!kDepthwise || aligned(x, kChannelPack * sizeof(T)));
   if (kernel == 3 && packed) {
     launch(std::integral_constant<int, 3>{}, std::integral_constant<int, kChannelPack>{});
-  } else if (kernel == 3) {
-    launch(std::integral_constant<int, 3>{}, std::integral_constant<int, 1>{});
+  } else if (packed) {
+    launch(std::integral_constant<int, 0>{}, std::integral_constant<int, kChannelPack>{});
   } else {
     launch(std::integral_constant<int, 0>{}, std::integral_constant<int, 1>{});
   }
@@ -192,22 +252,6 @@ void launch_map(Element e, void* x, int64_t n, float factor, cudaStream_t stream
 
 // Rows along grid y, packs of N channels along x: no index is divided.
 template <class T, int N>
-__global__ void glu_kernel(const T* x, int64_t rows, int64_t channels, T* y) {
-  const int64_t packs = channels / N;
-  HARK_ROW_LOOP(r, rows) {
-    const T* row = x + r * 2 * channels;
-    HARK_PACK_LOOP(pack, packs) {
-      float value[N], gate[N];
-      load_pack(row + pack * N, value);
-      load_pack(row + channels + pack * N, gate);
-#pragma unroll
-      for (int i = 0; i < N; ++i) value[i] *= sigmoid(gate[i]);
-      store_pack(value, y + r * channels + pack * N);
-    }
-  }
-}
-
-template <class T, int N>
 __global__ void biased_queries_kernel(const T* q, int64_t q_row_stride, int64_t rows, int64_t width,
                                       const T* bias_u, const T* bias_v, T* y) {
   const int64_t packs = width / N;
@@ -228,43 +272,163 @@ __global__ void biased_queries_kernel(const T* q, int64_t q_row_stride, int64_t 
   }
 }
 
-// ---- Depthwise 1-D convolution ----------------------------------------------------------------
+// ---- The conv module's GLU and depthwise 1-D convolution --------------------------------------
+//
+// One block per (tile of kGluTileSteps steps, slice of kGluSlicePacks packs of kGluPack channels,
+// sequence). The block first stages g, the GLU of its slice, for the tile's steps and the
+// kernel − 1 around them that the convolution reaches (zeros outside [0, length)), in shared
+// memory as F32: each g is computed once, though `kernel` outputs read it. Then each thread
+// computes its pack's outputs from there with its taps in registers. With the kernel size known
+// at compile time (9, every FastConformer), a thread takes kGluStepsPerThread consecutive steps
+// and reads each staged row it needs once for all of them (kGluStepsPerThread + kernel − 1 rows
+// instead of kGluStepsPerThread · kernel: shared memory's bandwidth would be the limit); with any
+// other kernel its taps come from memory and it reads `kernel` rows per step.
+//
+// Packs are of four channels (8 bytes of 16-bit values, 16 of F32) rather than 16 bytes: a
+// thread's taps and sums then fit in few enough registers for several blocks per SM, which keep
+// loads in flight while others compute. A staged row holds the slice's packs side by side, so
+// that the lanes of a warp read consecutive 16-byte words (no bank conflicts).
+constexpr int kGluPack = 4;
+constexpr int kGluSlicePacks = 16;   // threads along x
+constexpr int kGluStepThreads = 16;  // threads along y
+constexpr int kGluStepsPerThread = 4;
+constexpr int kGluTileSteps = kGluStepThreads * kGluStepsPerThread;
+constexpr int kGluStageBatch = 5;  // staged rows per thread at a time: (64 + 9 − 1) / 16 rounded up
 
-// Rows (b, t) along grid y, packs of N channels along x; the taps of a channel are a column
-// of w, read through the cache.
-template <class T, int N>
-__global__ void depthwise_conv1d_kernel(const T* x, int64_t steps, int64_t rows, int64_t channels,
-                                        const int32_t* lengths, const T* w, const T* bias,
-                                        int kernel, bool silu, T* y) {
-  const int half = (kernel - 1) / 2;
-  const int64_t packs = channels / N;
-  HARK_ROW_LOOP(row, rows) {
-    const int64_t b = row / steps, t = row - b * steps;
-    const int64_t valid = min(static_cast<int64_t>(lengths[b]), steps);
-    const T* sequence = x + b * steps * channels;
-    HARK_PACK_LOOP(pack, packs) {
-      const int64_t c0 = pack * N;
+// Pack p of a staged row of the slice (floats N · p ...), as one 16-byte word when N is 4.
+template <int N>
+__device__ __forceinline__ void store_staged(const float (&values)[N], float* row, int p) {
+  if constexpr (N == 4) {
+    reinterpret_cast<float4*>(row)[p] = make_float4(values[0], values[1], values[2], values[3]);
+  } else {
+#pragma unroll
+    for (int n = 0; n < N; ++n) row[p * N + n] = values[n];
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void load_staged(const float* row, int p, float (&values)[N]) {
+  if constexpr (N == 4) {
+    const float4 word = reinterpret_cast<const float4*>(row)[p];
+    values[0] = word.x;
+    values[1] = word.y;
+    values[2] = word.z;
+    values[3] = word.w;
+  } else {
+#pragma unroll
+    for (int n = 0; n < N; ++n) values[n] = row[p * N + n];
+  }
+}
+
+int64_t glu_staged_bytes(int kernel, int pack) {
+  return static_cast<int64_t>(sizeof(float)) * (kGluTileSteps + int64_t{kernel} - 1) *
+         kGluSlicePacks * pack;
+}
+
+template <class T, int kKernel, int N>
+__global__ void __launch_bounds__(kGluSlicePacks* kGluStepThreads)
+    glu_depthwise_conv1d_kernel(const T* x, int64_t steps, int64_t channels, const int32_t* lengths,
+                                const T* w, const T* bias, int runtime_kernel, bool silu, T* y) {
+  static_assert(N == 1 || N == 4, "staged rows hold packs of one or four values");
+  constexpr int kRowFloats = kGluSlicePacks * N;
+  // [kGluTileSteps + kernel − 1][kRowFloats]: row r is step first_staged + r.
+  extern __shared__ __align__(16) float gated[];
+  const int kernel = kKernel > 0 ? kKernel : runtime_kernel;
+  const int64_t b = blockIdx.z;
+  const int64_t first_step = static_cast<int64_t>(blockIdx.x) * kGluTileSteps;
+  const int64_t first_staged = first_step - (kernel - 1) / 2;
+  const int p = threadIdx.x;  // the thread's pack in the slice
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kGluSlicePacks + p) * N;
+  const bool has_pack = c0 < channels;  // the last slice may be partial
+  const int64_t length = min(static_cast<int64_t>(lengths[b]), steps);
+  const T* sequence = x + b * steps * 2 * channels;
+
+  if (has_pack) {
+    // kGluStageBatch rows per thread at a time (for kernel 9 all of its rows), all loaded before
+    // any is used, so that each thread keeps several loads in flight. Outside the sequence, value
+    // and gate read as 0, and g = 0 · σ(0) = 0.
+    const int staged_rows = kGluTileSteps + kernel - 1;
+    for (int first = threadIdx.y; first < staged_rows; first += kGluStageBatch * kGluStepThreads) {
+      float value[kGluStageBatch][N], gate[kGluStageBatch][N];
+#pragma unroll
+      for (int k = 0; k < kGluStageBatch; ++k) {
+        const int64_t t = first_staged + first + k * kGluStepThreads;
+        if (first + k * kGluStepThreads < staged_rows && t >= 0 && t < length) {
+          load_pack(sequence + t * 2 * channels + c0, value[k]);
+          load_pack(sequence + t * 2 * channels + channels + c0, gate[k]);
+        } else {
+#pragma unroll
+          for (int n = 0; n < N; ++n) value[k][n] = gate[k][n] = 0.0f;
+        }
+      }
+#pragma unroll
+      for (int k = 0; k < kGluStageBatch; ++k) {
+        const int r = first + k * kGluStepThreads;
+        if (r >= staged_rows) break;
+#pragma unroll
+        for (int n = 0; n < N; ++n) value[k][n] *= sigmoid(gate[k][n]);
+        store_staged(value[k], gated + r * kRowFloats, p);
+      }
+    }
+  }
+  __syncthreads();
+  if (!has_pack) return;
+
+  float start[N];
+  load_pack_or_zeros(bias, c0, start);
+  T* out = y + b * steps * channels + c0;
+  auto finish = [&](float(&sum)[N], int64_t t) {
+    if (silu) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) sum[n] *= sigmoid(sum[n]);
+    }
+    store_pack(sum, out + t * channels);
+  };
+  if constexpr (kKernel > 0) {
+    float taps[kKernel][N];
+#pragma unroll
+    for (int j = 0; j < kKernel; ++j) load_pack(w + j * channels + c0, taps[j]);
+    const int first = threadIdx.y * kGluStepsPerThread;  // the thread's first step in the tile
+    float sum[kGluStepsPerThread][N];
+#pragma unroll
+    for (int s = 0; s < kGluStepsPerThread; ++s) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) sum[s][n] = start[n];
+    }
+    // Step first + s takes staged row first + s + j with tap j: row first + row feeds every step
+    // s with 0 ≤ row − s < kKernel.
+#pragma unroll
+    for (int row = 0; row < kGluStepsPerThread + kKernel - 1; ++row) {
+      float g[N];
+      load_staged(gated + (first + row) * kRowFloats, p, g);
+#pragma unroll
+      for (int s = 0; s < kGluStepsPerThread; ++s) {
+        const int j = row - s;
+        if (j < 0 || j >= kKernel) continue;
+#pragma unroll
+        for (int n = 0; n < N; ++n) sum[s][n] = fmaf(taps[j][n], g[n], sum[s][n]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kGluStepsPerThread; ++s) {
+      const int64_t t = first_step + first + s;
+      if (t < steps) finish(sum[s], t);
+    }
+  } else {
+    for (int s = threadIdx.y; s < kGluTileSteps; s += kGluStepThreads) {
+      const int64_t t = first_step + s;
+      if (t >= steps) break;
       float sum[N];
-      if (bias != nullptr) {
-        load_pack(bias + c0, sum);
-      } else {
 #pragma unroll
-        for (int i = 0; i < N; ++i) sum[i] = 0.0f;
-      }
+      for (int n = 0; n < N; ++n) sum[n] = start[n];
       for (int j = 0; j < kernel; ++j) {
-        const int64_t source = t + j - half;
-        if (source < 0 || source >= valid) continue;
-        float values[N];
-        load_pack(sequence + source * channels + c0, values);
+        float g[N], tap[N];
+        load_staged(gated + (s + j) * kRowFloats, p, g);
+        load_pack(w + j * channels + c0, tap);
 #pragma unroll
-        for (int i = 0; i < N; ++i)
-          sum[i] = fmaf(to_float(w[(c0 + i) * kernel + j]), values[i], sum[i]);
+        for (int n = 0; n < N; ++n) sum[n] = fmaf(tap[n], g[n], sum[n]);
       }
-      if (silu) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) sum[i] *= sigmoid(sum[i]);
-      }
-      store_pack(sum, y + row * channels + c0);
+      finish(sum, t);
     }
   }
 }
@@ -473,40 +637,25 @@ __global__ void finish_logits_kernel(float* logits, const T* bias, int64_t rows,
 }
 
 template <class T>
-__global__ void embedding_kernel(const T* table, const int32_t* ids, int64_t n, int64_t cols,
-                                 T* y) {
-  const int64_t count = n * cols;
-  HARK_FLAT_LOOP(i, count) {
-    const int64_t row = i / cols, c = i % cols;
-    const int32_t id = ids[row];
-    if (id >= 0) y[i] = table[static_cast<int64_t>(id) * cols + c];
-  }
-}
-
-template <class T>
-__global__ void lstm_cell_kernel(const T* gates, const int32_t* ids, int64_t batch, int64_t hidden,
-                                 float* c, T* h) {
+__global__ void lstm_cell_kernel(const T* gates, const T* input_gates, const int32_t* ids,
+                                 int64_t batch, int64_t hidden, float* c, T* h) {
   const int64_t count = batch * hidden;
   HARK_FLAT_LOOP(i, count) {
     const int64_t b = i / hidden, j = i % hidden;
-    if (ids[b] < 0) continue;
+    const int32_t id = ids[b];
+    if (id < 0) continue;
     const T* row = gates + b * 4 * hidden;
-    const float input_gate = sigmoid(to_float(row[j]));
-    const float forget_gate = sigmoid(to_float(row[hidden + j]));
-    const float candidate = tanhf(to_float(row[2 * hidden + j]));
-    const float output_gate = sigmoid(to_float(row[3 * hidden + j]));
+    const T* input = input_gates != nullptr ? input_gates + id * 4 * hidden : nullptr;
+    auto gate = [&](int64_t column) {
+      return to_float(row[column]) + (input != nullptr ? to_float(input[column]) : 0.0f);
+    };
+    const float input_gate = sigmoid(gate(j));
+    const float forget_gate = sigmoid(gate(hidden + j));
+    const float candidate = tanhf(gate(2 * hidden + j));
+    const float output_gate = sigmoid(gate(3 * hidden + j));
     const float cell = forget_gate * c[i] + input_gate * candidate;
     c[i] = cell;
     h[i] = from_float<T>(output_gate * tanhf(cell));
-  }
-}
-
-template <class T>
-__global__ void copy_rows_where_kernel(const T* x, const int32_t* ids, int64_t rows, int64_t cols,
-                                       T* y) {
-  const int64_t count = rows * cols;
-  HARK_FLAT_LOOP(i, count) {
-    if (ids[i / cols] >= 0) y[i] = x[i];
   }
 }
 
@@ -530,6 +679,14 @@ int64_t conv_output_size(int64_t size, int kernel, int stride, int padding) {
 
 }  // namespace
 
+std::vector<float> tap_major(const float* weights, int64_t channels, int64_t taps) {
+  std::vector<float> reordered(static_cast<size_t>(channels * taps));
+  for (int64_t c = 0; c < channels; ++c) {
+    for (int64_t k = 0; k < taps; ++k) reordered[k * channels + c] = weights[c * taps + k];
+  }
+  return reordered;
+}
+
 void conv2d_one_channel(Element e, const void* x, int batch, int64_t height, int64_t width,
                         const int32_t* heights, const void* w, const void* bias, int64_t channels,
                         int kernel, int stride, int padding, bool relu, void* y,
@@ -538,9 +695,9 @@ void conv2d_one_channel(Element e, const void* x, int batch, int64_t height, int
   const int64_t out_width = conv_output_size(width, kernel, stride, padding);
   if (batch <= 0 || out_height <= 0 || out_width <= 0 || channels <= 0) return;
   with_type(e, [&](auto type) {
-    launch_conv2d_rows<decltype(type), false>(x, batch, height, width, channels, heights, w, bias,
-                                              kernel, stride, padding, relu, out_height, out_width,
-                                              y, stream);
+    launch_conv2d_tiles<decltype(type), false>(x, batch, height, width, channels, heights, w, bias,
+                                               kernel, stride, padding, relu, out_height, out_width,
+                                               y, stream);
   });
   check_launch("conv2d_one_channel");
 }
@@ -552,9 +709,9 @@ void depthwise_conv2d(Element e, const void* x, int batch, int64_t height, int64
   const int64_t out_width = conv_output_size(width, kernel, stride, padding);
   if (batch <= 0 || out_height <= 0 || out_width <= 0 || channels <= 0) return;
   with_type(e, [&](auto type) {
-    launch_conv2d_rows<decltype(type), true>(x, batch, height, width, channels, heights, w, bias,
-                                             kernel, stride, padding, /*relu=*/false, out_height,
-                                             out_width, y, stream);
+    launch_conv2d_tiles<decltype(type), true>(x, batch, height, width, channels, heights, w, bias,
+                                              kernel, stride, padding, /*relu=*/false, out_height,
+                                              out_width, y, stream);
   });
   check_launch("depthwise_conv2d");
 }
@@ -569,25 +726,6 @@ void silu(Element e, void* x, int64_t n, cudaStream_t stream) {
 
 void scale(Element e, void* x, int64_t n, float factor, cudaStream_t stream) {
   launch_map<Map::scale>(e, x, n, factor, stream);
-}
-
-void glu(Element e, const void* x, int64_t rows, int64_t channels, void* y, cudaStream_t stream) {
-  if (rows <= 0 || channels <= 0) return;
-  with_type(e, [&](auto type) {
-    using T = decltype(type);
-    auto launch = [&](auto pack) {
-      constexpr int N = decltype(pack)::value;
-      const RowLaunch shape = row_launch(rows, channels / N);
-      glu_kernel<T, N><<<shape.grid, shape.block, 0, stream>>>(static_cast<const T*>(x), rows,
-                                                               channels, static_cast<T*>(y));
-    };
-    if (packable(channels, kWidePack<T>, sizeof(T), {x, y})) {
-      launch(std::integral_constant<int, kWidePack<T>>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
-    }
-  });
-  check_launch("glu");
 }
 
 void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows, int64_t width,
@@ -612,27 +750,47 @@ void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows
   check_launch("biased_queries");
 }
 
-void depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
-                      const int32_t* lengths, const void* w, const void* bias, int kernel,
-                      bool silu, void* y, cudaStream_t stream) {
-  const int64_t rows = batch * steps;
-  if (rows <= 0 || channels <= 0) return;
+void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
+                          const int32_t* lengths, const void* w, const void* bias, int kernel,
+                          bool silu, void* y, cudaStream_t stream) {
+  if (kernel < 1 || kernel % 2 == 0) {
+    fail("glu_depthwise_conv1d: 'same' padding needs an odd kernel, got ", kernel);
+  }
+  if (batch <= 0 || steps <= 0 || channels <= 0) return;
+  const int64_t step_tiles = ceil_div(steps, kGluTileSteps);
+  if (batch > kMaxBlocksY || step_tiles > INT_MAX) {
+    fail("glu_depthwise_conv1d: ", batch, " sequences of ", steps, " steps are too many");
+  }
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    auto launch = [&](auto pack) {
+    auto launch = [&](auto kernel_size, auto pack) {
       constexpr int N = decltype(pack)::value;
-      const RowLaunch shape = row_launch(rows, channels / N);
-      depthwise_conv1d_kernel<T, N><<<shape.grid, shape.block, 0, stream>>>(
-          static_cast<const T*>(x), steps, rows, channels, lengths, static_cast<const T*>(w),
-          static_cast<const T*>(bias), kernel, silu, static_cast<T*>(y));
+      const int64_t slices = ceil_div(channels / N, kGluSlicePacks);
+      if (slices > kMaxBlocksY) fail("glu_depthwise_conv1d: ", channels, " channels are too many");
+      glu_depthwise_conv1d_kernel<T, decltype(kernel_size)::value, N>
+          <<<dim3(static_cast<unsigned>(step_tiles), static_cast<unsigned>(slices),
+                  static_cast<unsigned>(batch)),
+             dim3(kGluSlicePacks, kGluStepThreads),
+             static_cast<size_t>(glu_staged_bytes(kernel, N)), stream>>>(
+              static_cast<const T*>(x), steps, channels, lengths, static_cast<const T*>(w),
+              static_cast<const T*>(bias), kernel, silu, static_cast<T*>(y));
     };
-    if (packable(channels, kWidePack<T>, sizeof(T), {x, bias, y})) {
-      launch(std::integral_constant<int, kWidePack<T>>{});
+    // Value by value when the channels are not whole packs, or when a kernel so large that the
+    // packed slice's rows would not fit in shared memory.
+    const bool packed = packable(channels, kGluPack, sizeof(T), {x, w, bias, y}) &&
+                        glu_staged_bytes(kernel, kGluPack) <= kMaxSharedBytes;
+    if (packed && kernel == 9) {
+      launch(std::integral_constant<int, 9>{}, std::integral_constant<int, kGluPack>{});
+    } else if (packed) {
+      launch(std::integral_constant<int, 0>{}, std::integral_constant<int, kGluPack>{});
     } else {
-      launch(std::integral_constant<int, 1>{});
+      if (glu_staged_bytes(kernel, 1) > kMaxSharedBytes) {
+        fail("glu_depthwise_conv1d: a kernel of ", kernel, " is too large");
+      }
+      launch(std::integral_constant<int, 0>{}, std::integral_constant<int, 1>{});
     }
   });
-  check_launch("depthwise_conv1d");
+  check_launch("glu_depthwise_conv1d");
 }
 
 void rel_pos_attention(Element e, const void* q, const void* k, const void* v, int64_t row_stride,
@@ -678,40 +836,17 @@ void finish_logits(Element e, float* logits, const void* bias, int64_t rows, int
   check_launch("finish_logits");
 }
 
-void embedding(Element e, const void* table, const int32_t* ids, int64_t n, int64_t cols, void* y,
-               cudaStream_t stream) {
-  const int64_t count = n * cols;
-  if (count <= 0) return;
-  with_type(e, [&](auto type) {
-    using T = decltype(type);
-    embedding_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(table), ids, n, cols, static_cast<T*>(y));
-  });
-  check_launch("embedding");
-}
-
-void lstm_cell(Element e, const void* gates, const int32_t* ids, int64_t batch, int64_t hidden,
-               float* c, void* h, cudaStream_t stream) {
+void lstm_cell(Element e, const void* gates, const void* input_gates, const int32_t* ids,
+               int64_t batch, int64_t hidden, float* c, void* h, cudaStream_t stream) {
   const int64_t count = batch * hidden;
   if (count <= 0) return;
   with_type(e, [&](auto type) {
     using T = decltype(type);
     lstm_cell_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(gates), ids, batch, hidden, c, static_cast<T*>(h));
+        static_cast<const T*>(gates), static_cast<const T*>(input_gates), ids, batch, hidden, c,
+        static_cast<T*>(h));
   });
   check_launch("lstm_cell");
-}
-
-void copy_rows_where(Element e, const void* x, const int32_t* ids, int64_t rows, int64_t cols,
-                     void* y, cudaStream_t stream) {
-  const int64_t count = rows * cols;
-  if (count <= 0) return;
-  with_type(e, [&](auto type) {
-    using T = decltype(type);
-    copy_rows_where_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(x), ids, rows, cols, static_cast<T*>(y));
-  });
-  check_launch("copy_rows_where");
 }
 
 void joint_hidden(Element e, const void* encoder, const void* prediction, const int32_t* rows,

@@ -12,30 +12,39 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "compute/cuda/kernels.h"
 
 namespace hark::compute::cuda {
 
+// ---- Depthwise weights -------------------------------------------------------------------------
+
+// The depthwise and one-input-channel convolutions below take their weights tap-major, [taps,
+// channels], so that a thread loads the taps of its pack of neighbouring channels as whole
+// packs. PyTorch stores them per channel, [channels, taps] (taps = kernel for Conv1d, kernel ·
+// kernel for Conv2d); this is that transpose, on the host, done once when weights load.
+std::vector<float> tap_major(const float* weights, int64_t channels, int64_t taps);
+
 // ---- Convolutional subsampling ----------------------------------------------------------------
 
 // A square-kernel 2-D convolution of one-channel images x [batch, height, width] (time ×
 // frequency) to `channels` channels-last outputs y [batch, out_height, out_width, channels]:
-//   y[b, t, f, c] = act(bias[c] + Σ_{i,j} w[c, i, j] · x[b, t·stride − padding + i,
-//                                                       f·stride − padding + j])
+//   y[b, t, f, c] = act(bias[c] + Σ_{i,j} w[i·kernel + j, c] · x[b, t·stride − padding + i,
+//                                                               f·stride − padding + j])
 // with out_height = (height + 2·padding − kernel) / stride + 1 (out_width likewise), zeros
-// outside the image and at rows ≥ heights[b]; act is ReLU when `relu`, else none. w [channels,
-// kernel, kernel] (PyTorch's [C, 1, k, k]), bias [channels].
+// outside the image and at rows ≥ heights[b]; act is ReLU when `relu`, else none. w [kernel ·
+// kernel, channels] (tap_major of PyTorch's [C, 1, k, k]), bias [channels].
 void conv2d_one_channel(Element e, const void* x, int batch, int64_t height, int64_t width,
                         const int32_t* heights, const void* w, const void* bias, int64_t channels,
                         int kernel, int stride, int padding, bool relu, void* y,
                         cudaStream_t stream);
 
 // Depthwise 2-D convolution of channels-last images x [batch, height, width, channels]:
-//   y[b, t, f, c] = bias[c] + Σ_{i,j} w[c, i, j] · x[b, t·stride − padding + i,
-//                                                    f·stride − padding + j, c]
+//   y[b, t, f, c] = bias[c] + Σ_{i,j} w[i·kernel + j, c] · x[b, t·stride − padding + i,
+//                                                            f·stride − padding + j, c]
 // (output sizes as conv2d_one_channel), zeros outside the image and at rows ≥ heights[b].
-// w [channels, kernel, kernel] (PyTorch's [C, 1, k, k]), bias [channels].
+// w [kernel · kernel, channels] (tap_major of PyTorch's [C, 1, k, k]), bias [channels].
 void depthwise_conv2d(Element e, const void* x, int batch, int64_t height, int64_t width,
                       int64_t channels, const int32_t* heights, const void* w, const void* bias,
                       int kernel, int stride, int padding, void* y, cudaStream_t stream);
@@ -47,20 +56,18 @@ void relu(Element e, void* x, int64_t n, cudaStream_t stream);
 void silu(Element e, void* x, int64_t n, cudaStream_t stream);
 void scale(Element e, void* x, int64_t n, float factor, cudaStream_t stream);
 
-// Gated linear unit: y[r, c] = x[r, c] · σ(x[r, channels + c]) for x [rows, 2·channels]:
-// y [rows, channels].
-void glu(Element e, const void* x, int64_t rows, int64_t channels, void* y, cudaStream_t stream);
-
 // ---- Conformer convolution and attention ------------------------------------------------------
 
-// Depthwise 1-D convolution over time with 'same' padding, x [batch, steps, channels]:
-//   y[b, t, c] = act(bias[c] + Σ_j w[c, j] · x[b, t + j − (kernel − 1) / 2, c])
-// where steps outside [0, lengths[b]) read as zeros; act is SiLU when `silu`, else none. w
-// [channels, kernel] (PyTorch's [C, 1, k]) with kernel odd, bias [channels]. y [batch, steps,
-// channels] is written for every step. y must not alias x.
-void depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
-                      const int32_t* lengths, const void* w, const void* bias, int kernel,
-                      bool silu, void* y, cudaStream_t stream);
+// The Conformer conv module's gated linear unit and depthwise 1-D convolution over time ('same'
+// padding) in one pass over the pointwise convolution's output x [batch, steps, 2·channels]:
+//   g[b, t, c] = x[b, t, c] · σ(x[b, t, channels + c])   (the GLU)
+//   y[b, t, c] = act(bias[c] + Σ_j w[j, c] · g[b, t + j − (kernel − 1) / 2, c])
+// where steps outside [0, lengths[b]) read as g = 0; act is SiLU when `silu`, else none. w
+// [kernel, channels] (tap_major of PyTorch's [C, 1, k]) with kernel odd, bias [channels]. y
+// [batch, steps, channels] is written for every step. y must not alias x.
+void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
+                          const int32_t* lengths, const void* w, const void* bias, int kernel,
+                          bool silu, void* y, cudaStream_t stream);
 
 // Multi-head self-attention with Transformer-XL relative positions (compute::rel_pos_attention,
 // docs/parakeet.md 4.3). Row t of sequence b of q, k and v is at q + (b·steps + t)·row_stride
@@ -93,22 +100,16 @@ void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows
 void finish_logits(Element e, float* logits, const void* bias, int64_t rows, int64_t cols,
                    int64_t split, int32_t* first, int32_t* second, cudaStream_t stream);
 
-// y[i, :] = table[ids[i], :] for i < n, rows of `cols` values; rows with ids[i] < 0 are left as
-// they are.
-void embedding(Element e, const void* table, const int32_t* ids, int64_t n, int64_t cols, void* y,
-               cudaStream_t stream);
-
 // PyTorch's LSTM cell for the rows whose ids[b] ≥ 0 (the others keep h and c): with gates
 // [batch, 4·hidden] = x·W_ihᵀ + b_ih + h·W_hhᵀ + b_hh in the order i, f, g, o,
 //   c = σ(f) ⊙ c + σ(i) ⊙ tanh(g),  h = σ(o) ⊙ tanh(c).
+// With `input_gates` (null: none), row ids[b] of that table [tokens, 4·hidden] is added to row b
+// of `gates` first: a first layer whose input is a token's embedding E[id] looks x·W_ihᵀ + b_ih
+// up in E·W_ihᵀ + b_ih, computed once, instead of multiplying it every step.
 // c [batch, hidden] is F32 (the state that accumulates across steps keeps full precision); h
-// [batch, hidden] and gates are of element type e.
-void lstm_cell(Element e, const void* gates, const int32_t* ids, int64_t batch, int64_t hidden,
-               float* c, void* h, cudaStream_t stream);
-
-// y[b, :] = x[b, :] for the rows whose ids[b] ≥ 0, rows of `cols` values.
-void copy_rows_where(Element e, const void* x, const int32_t* ids, int64_t rows, int64_t cols,
-                     void* y, cudaStream_t stream);
+// [batch, hidden], gates and input_gates are of element type e.
+void lstm_cell(Element e, const void* gates, const void* input_gates, const int32_t* ids,
+               int64_t batch, int64_t hidden, float* c, void* h, cudaStream_t stream);
 
 // The joint network's hidden layer for n decoding steps: y[i, :] = ReLU(encoder[rows[i], :] +
 // prediction[rows[n + i], :]), rows of `cols` values (rows: n encoder rows, then n prediction
@@ -167,7 +168,7 @@ void transducer_rows(TransducerState state, int batch, int window, int64_t padde
 // max_symbols_per_step · T) and the frame lies in the window, applies one decision as
 // TransducerSearch::decide does (counting it in steps), appending what it emits; it stops after a
 // token. ids[b] = that token, or −1 when none (a done utterance: −1 and nothing changes), for the
-// prediction network (embedding, lstm_cell and copy_rows_where leave rows with ids < 0 alone).
+// prediction network (lstm_cell leaves rows with ids < 0 alone).
 // Writes decoding[0]. One thread per utterance.
 void transducer_decide(const TransducerRules& rules, TransducerState state, int batch, int window,
                        const int32_t* tokens, const int32_t* durations, int32_t* ids,

@@ -1,9 +1,11 @@
-// The kernels of kernels_mel.h. All are memory-bound loops over the padded spectrogram; the
-// per-utterance statistics reduce in double, as the CPU front end (features/mel.cpp) does.
+// The kernels of kernels_mel.h. All but the FFT are memory-bound loops over the padded
+// spectrogram; the per-utterance statistics reduce in double, as the CPU front end
+// (features/mel.cpp) does.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "base/error.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels_mel.h"
@@ -25,55 +27,179 @@ __device__ int64_t reflect_index(int64_t i, int64_t n) {
 
 // ---- Framing -------------------------------------------------------------------------------
 
+// Where padded row `row` takes its frame from: frame row % padded_frames of utterance
+// row / padded_frames, if that utterance exists (rows past the batch are a product's rows rounded
+// up) and has that frame.
+struct FrameSource {
+  const float* samples = nullptr;  // the utterance's
+  int64_t count = 0;               // its samples
+  int64_t begin = 0;               // the signal position of column 0
+  bool exists = false;
+};
+
+__device__ FrameSource frame_source(const float* signal, const MelUtterance* utterances, int batch,
+                                    int64_t padded_frames, const MelFraming& framing, int64_t row) {
+  const int64_t b = row / padded_frames;
+  const MelUtterance u = b < batch ? utterances[b] : MelUtterance{};
+  const int64_t t = row % padded_frames;
+  FrameSource source;
+  source.samples = signal + u.offset;
+  source.count = u.samples;
+  source.begin = t * framing.hop - framing.pad + framing.first;
+  source.exists = t < u.frames;
+  return source;
+}
+
+// Column c < framing.span of an existing frame (MelFraming: pre-emphasis, then zero or reflect
+// padding), in double, as close to the CPU's double arithmetic as the F32 samples allow. The one
+// definition of a frame's contents, for both mel_frames and mel_power_spectrum.
+__device__ double framed_sample(const FrameSource& source, const MelFraming& framing, int c) {
+  int64_t at = source.begin + c;
+  if (at < 0 || at >= source.count) {
+    if (!framing.reflect) return 0.0;
+    at = reflect_index(at, source.count);
+  }
+  double emphasised = source.samples[at];
+  if (framing.preemphasis != 0.0 && at > 0) {
+    emphasised -= framing.preemphasis * source.samples[at - 1];
+  }
+  return emphasised;
+}
+
 // One block row per frame (grid y), its threads along the frame's columns, so that both the
 // signal reads and the frame writes are coalesced.
 __global__ void mel_frames_kernel(const float* signal, const MelUtterance* utterances, int batch,
                                   int64_t padded_frames, MelFraming framing, int64_t row0,
                                   int64_t rows, float* frames) {
   for (int64_t i = blockIdx.y; i < rows; i += gridDim.y) {
-    const int64_t row = row0 + i;
-    const int64_t b = row / padded_frames;
-    // Rows past the batch (a product's rows rounded up) are frames of no utterance.
-    const MelUtterance u = b < batch ? utterances[b] : MelUtterance{};
-    const int64_t t = row % padded_frames;
-    const float* x = signal + u.offset;
-    const int64_t begin = t * framing.hop - framing.pad + framing.first;
+    const FrameSource source =
+        frame_source(signal, utterances, batch, padded_frames, framing, row0 + i);
     float* frame = frames + i * framing.width;
     for (int c = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x); c < framing.width;
          c += static_cast<int>(blockDim.x * gridDim.x)) {
-      float value = 0.0f;
-      if (t < u.frames && c < framing.span) {
-        int64_t at = begin + c;
-        bool inside = at >= 0 && at < u.samples;
-        if (!inside && framing.reflect) {
-          at = reflect_index(at, u.samples);
-          inside = true;
-        }
-        if (inside) {
-          // In double and rounded once, as close to the CPU's double arithmetic as F32 gets.
-          double emphasised = x[at];
-          if (framing.preemphasis != 0.0 && at > 0) emphasised -= framing.preemphasis * x[at - 1];
-          value = static_cast<float>(emphasised);
-        }
-      }
-      frame[c] = value;
+      frame[c] = source.exists && c < framing.span
+                     ? static_cast<float>(framed_sample(source, framing, c))
+                     : 0.0f;
     }
   }
 }
 
-// ---- Power spectrum and log ----------------------------------------------------------------
+// ---- Power spectrum --------------------------------------------------------------------------
+
+// |X|^exponent from |X|^2, the common exponents without a power function.
+__device__ float spectrum_power(float norm, float exponent) {
+  return exponent == 2.0f ? norm : exponent == 1.0f ? sqrtf(norm) : powf(sqrtf(norm), exponent);
+}
 
 __global__ void mel_power_kernel(const float* spectrum, int64_t rows, int64_t bins, float exponent,
                                  float* power) {
   HARK_FLAT_LOOP(i, rows * bins) {
     const int64_t row = i / bins, bin = i - row * bins;
     const float re = spectrum[row * 2 * bins + bin], im = spectrum[row * 2 * bins + bins + bin];
-    const float norm = re * re + im * im;
-    power[i] = exponent == 2.0f   ? norm
-               : exponent == 1.0f ? sqrtf(norm)
-                                  : powf(sqrtf(norm), exponent);
+    power[i] = spectrum_power(re * re + im * im, exponent);
   }
 }
+
+constexpr int kMinFft = 16, kMaxFft = 4096;
+constexpr int kFftMaxWarps = 8;
+constexpr int kFftSharedBytes = 48 * 1024;  // the most a block gets without opting in
+
+// Frames per block (a warp each) for an n_fft, and the shared memory that takes: the twiddles
+// (n_fft / 2 complex values), then per warp two buffers of n_fft / 2 complex values.
+int fft_warps(int n_fft) {
+  const int complex_bytes = static_cast<int>(sizeof(float2)) * (n_fft / 2);
+  return std::min(kFftMaxWarps, (kFftSharedBytes / complex_bytes - 1) / 2);
+}
+size_t fft_shared_bytes(int n_fft, int warps) {
+  return sizeof(float2) * static_cast<size_t>(n_fft / 2) * (1 + 2 * static_cast<size_t>(warps));
+}
+
+__device__ float2 complex_mul(float2 a, float2 b) {
+  return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
+}
+
+// The real frame's FFT as a complex one of half the size: z[m] = x[2m] + i x[2m + 1], whose
+// transform Z gives the even samples' E[k] = (Z[k] + conj Z[−k]) / 2 and the odd samples'
+// O[k] = (Z[k] − conj Z[−k]) / 2i, and X[k] = E[k] + w^k O[k] with w = e^(−2πi / n_fft).
+// Z by radix-2 Stockham steps (no bit reversal: each step writes its output in order) between
+// the warp's two buffers. One warp per frame, so that a __syncwarp orders the steps; a block's
+// warps take rows `warps` apart.
+__global__ void mel_power_spectrum_kernel(const float* signal, const MelUtterance* utterances,
+                                          int batch, int64_t padded_frames, MelFraming framing,
+                                          int n_fft, const double* window, int first_bin, int bins,
+                                          float exponent, int64_t row0, int64_t rows,
+                                          float* power) {
+  extern __shared__ float2 fft_shared[];
+  const int half = n_fft / 2;
+  const int warps = static_cast<int>(blockDim.x / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  // twiddles[m] = w^m for m < half, computed in double and rounded once (the angle is exact:
+  // n_fft is a power of two).
+  float2* twiddles = fft_shared;
+  for (int m = static_cast<int>(threadIdx.x); m < half; m += static_cast<int>(blockDim.x)) {
+    double sine, cosine;
+    sincospi(-2.0 * m / n_fft, &sine, &cosine);
+    twiddles[m] = make_float2(static_cast<float>(cosine), static_cast<float>(sine));
+  }
+  __syncthreads();
+  float2* from = fft_shared + half + 2 * half * warp;
+  float2* to = from + half;
+
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * warps + warp; i < rows;
+       i += static_cast<int64_t>(gridDim.x) * warps) {
+    float* out = power + i * bins;
+    const FrameSource source =
+        frame_source(signal, utterances, batch, padded_frames, framing, row0 + i);
+    if (!source.exists) {
+      for (int j = lane; j < bins; j += 32) out[j] = 0.0f;
+      continue;
+    }
+    // The windowed frame in order is z, real and imaginary parts interleaved.
+    float* frame = reinterpret_cast<float*>(from);
+    for (int n = lane; n < n_fft; n += 32) {
+      const int c = n - framing.first;
+      frame[n] = c >= 0 && c < framing.span
+                     ? static_cast<float>(framed_sample(source, framing, c) * window[n])
+                     : 0.0f;
+    }
+    __syncwarp();
+    // Step `size`: the transforms of size `size` pair up into ones of twice that; the twiddle of
+    // position k in them, e^(−2πi k / (2 · size)), is w^(k · half / size).
+    for (int size = 1; size < half; size *= 2) {
+      const int stride = half / size;
+      for (int j = lane; j < half / 2; j += 32) {
+        const int k = j & (size - 1);
+        const float2 a = from[j];
+        const float2 b = complex_mul(from[j + half / 2], twiddles[k * stride]);
+        const int at = 2 * (j - k) + k;
+        to[at] = make_float2(a.x + b.x, a.y + b.y);
+        to[at + size] = make_float2(a.x - b.x, a.y - b.y);
+      }
+      __syncwarp();
+      float2* swap = from;
+      from = to;
+      to = swap;
+    }
+    for (int j = lane; j < bins; j += 32) {
+      const int k = first_bin + j;
+      float value = 0.0f;
+      if (k <= half) {
+        // Indices modulo half: Z[half] is Z[0].
+        const float2 z = from[k & (half - 1)], mirrored = from[(half - k) & (half - 1)];
+        const float2 even = make_float2(0.5f * (z.x + mirrored.x), 0.5f * (z.y - mirrored.y));
+        const float2 odd = make_float2(0.5f * (z.y + mirrored.y), -0.5f * (z.x - mirrored.x));
+        const float2 w = k < half ? twiddles[k] : make_float2(-1.0f, 0.0f);
+        const float2 turned = complex_mul(w, odd);
+        const float re = even.x + turned.x, im = even.y + turned.y;
+        value = spectrum_power(re * re + im * im, exponent);
+      }
+      out[j] = value;
+    }
+    __syncwarp();  // the next frame overwrites both buffers
+  }
+}
+
+// ---- Log -------------------------------------------------------------------------------------
 
 __global__ void mel_log_kernel(float* x, const MelUtterance* utterances, int64_t padded_frames,
                                int64_t n_mels, int64_t count, MelLog log, float floor,
@@ -202,6 +328,29 @@ void mel_power(const float* spectrum, int64_t rows, int64_t bins, float exponent
   mel_power_kernel<<<flat_blocks(rows * bins, kThreads), kThreads, 0, stream>>>(
       spectrum, rows, bins, exponent, power);
   check_launch("mel_power");
+}
+
+bool mel_fft_supported(int n_fft) {
+  return n_fft >= kMinFft && n_fft <= kMaxFft && (n_fft & (n_fft - 1)) == 0;
+}
+
+void mel_power_spectrum(const float* signal, const MelUtterance* utterances, int batch,
+                        int64_t padded_frames, const MelFraming& framing, int n_fft,
+                        const double* window, int first_bin, int bins, float exponent, int64_t row0,
+                        int64_t rows, float* power, cudaStream_t stream) {
+  if (!mel_fft_supported(n_fft)) {
+    fail("mel_power_spectrum: n_fft ", n_fft, " is not a power of two from ", kMinFft, " to ",
+         kMaxFft);
+  }
+  if (rows <= 0 || bins <= 0) return;
+  const int warps = fft_warps(n_fft);
+  // Enough blocks to fill the GPU; each computes its twiddles once, then loops over rows.
+  constexpr int64_t kMaxFftBlocks = 4096;
+  const auto blocks = static_cast<unsigned>(std::min(ceil_div(rows, warps), kMaxFftBlocks));
+  mel_power_spectrum_kernel<<<blocks, 32 * warps, fft_shared_bytes(n_fft, warps), stream>>>(
+      signal, utterances, batch, padded_frames, framing, n_fft, window, first_bin, bins, exponent,
+      row0, rows, power);
+  check_launch("mel_power_spectrum");
 }
 
 void mel_log(float* x, const MelUtterance* utterances, int batch, int64_t padded_frames,

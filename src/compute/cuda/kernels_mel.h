@@ -1,7 +1,10 @@
 // The kernels of the log-mel front end on the GPU (features/mel_cuda.h), beside the shared ones in
 // kernels.h and under the same rules: every pointer is device memory, every launch is
 // asynchronous on `stream`, nothing synchronises with the host or allocates. All values are F32.
-// The two products of the front end (the DFT and the mel filters) are Gemm calls, not kernels.
+// The front end's products (the DFT for most n_fft, the mel filters) are Gemm calls, not kernels.
+//
+// For an n_fft that is a power of two, mel_power_spectrum replaces the framing, the DFT product and
+// mel_power with one kernel: an F32 FFT per frame in shared memory.
 //
 // A batch of utterances is laid out as one padded spectrogram: row r = b · padded_frames + t is
 // frame t of utterance b, whether or not the utterance has that frame.
@@ -48,6 +51,21 @@ void mel_frames(const float* signal, const MelUtterance* utterances, int batch,
 // spectrum [rows, 2 · bins] and power [rows, bins].
 void mel_power(const float* spectrum, int64_t rows, int64_t bins, float exponent, float* power,
                cudaStream_t stream);
+
+// Whether mel_power_spectrum takes this n_fft: a power of two from 16 to 4096 (a frame's FFT
+// and its scratch fit one block's shared memory).
+bool mel_fft_supported(int n_fft);
+
+// power[i, j] = |X_(first_bin + j)|^exponent for rows i < rows of [rows, bins], with row i the
+// padded row row0 + i as for mel_frames, and X = FFT(window · frame) over n_fft points: frame[n]
+// the sample that mel_frames puts in column n − framing.first (zero outside the window's non-zero
+// part [first, first + span)), window [n_fft] in double. Zeros for bins past n_fft / 2 and for
+// rows of no frame. The frame is formed in double and rounded once; the FFT runs in F32.
+// n_fft: mel_fft_supported.
+void mel_power_spectrum(const float* signal, const MelUtterance* utterances, int batch,
+                        int64_t padded_frames, const MelFraming& framing, int n_fft,
+                        const double* window, int first_bin, int bins, float exponent, int64_t row0,
+                        int64_t rows, float* power, cudaStream_t stream);
 
 enum class MelLog : uint8_t { none, log10, ln };
 

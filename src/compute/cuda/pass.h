@@ -113,6 +113,17 @@ class Pass {
   void finish_stages() { clock_.finish(); }
   bool profiling() const { return clock_.enabled(); }
 
+  // Where the pass's own scratch (its ops' workspaces) lies now, as numbers for the key of a
+  // ReplayedGraph (graph.h) of its ops: a graph captured before one of them moved is stale.
+  std::vector<int64_t> scratch_key() const {
+    std::vector<int64_t> key;
+    for (const Buffer* b :
+         {&expanded_, &f16_logits_, &biased_queries_, &relative_scores_, &position_table_}) {
+      key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(b->data())));
+    }
+    return key;
+  }
+
   // The most bytes of position scores that rel_pos_attention holds at once (batch · steps ·
   // 2·steps values per head): heads go in groups that fit, at least one at a time.
   void limit_relative_scores(size_t bytes) { relative_scores_limit_ = bytes; }

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <future>
+#include <memory>
 #include <utility>
 
 #include "base/error.h"
@@ -261,6 +263,27 @@ void EmissionPattern::check(const Config& config) const {
 int32_t EmissionPattern::token(int64_t frame, const Config& config) const {
   const auto id = static_cast<int32_t>(1 + frame % (config.vocab_size - 2));
   return id == config.blank_id ? config.vocab_size - 1 : id;
+}
+
+void encode_and_decode(const Model& model,
+                       std::span<const std::vector<std::span<const float>>> batches,
+                       const EmissionPattern* pattern, const BatchDone& done) {
+  auto decode = [&](const EncodedBatch& encoded) {
+    return pattern != nullptr ? model.decode_pattern(encoded, *pattern) : model.decode(encoded);
+  };
+  if (model.device() != Device::cuda) {
+    for (size_t i = 0; i < batches.size(); ++i) done(i, decode(*model.encode(batches[i])));
+    return;
+  }
+  // One batch decoding on the worker while the next encodes here. The future's destructor waits,
+  // so an exception on either side leaves no thread behind.
+  std::future<std::vector<std::vector<Emission>>> decoding;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    std::shared_ptr<const EncodedBatch> encoded = model.encode(batches[i]);
+    if (decoding.valid()) done(i - 1, decoding.get());
+    decoding = std::async(std::launch::async, [&decode, encoded] { return decode(*encoded); });
+  }
+  if (decoding.valid()) done(batches.size() - 1, decoding.get());
 }
 
 std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Device device) {

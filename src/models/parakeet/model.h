@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -73,6 +74,10 @@ class EncodedBatch {
   virtual std::vector<float> output(int utterance) const = 0;
   // [T, V] CTC logits, or [T, joint_hidden] encoder projection of a transducer's joint network.
   virtual std::vector<float> head_input(int utterance) const = 0;
+  // Returns once the encoder's output is complete. On a GPU, encode() returns as soon as the
+  // work is queued (so that the next batch's samples go up while this one computes); decode()
+  // and the accessors above wait by themselves. For timing.
+  virtual void wait() const {}
 };
 
 // A loaded model is immutable: encode() and decode() may be called from several threads at once.
@@ -141,6 +146,17 @@ class Model {
   Detokenizer detokenizer_;
   std::unique_ptr<const features::MelSpectrogram> mel_;
 };
+
+// Batches of utterances through encode() and decode() (decode_pattern() with a pattern), in
+// order: the emissions of batch i, per utterance, go to done(i, ...) on the calling thread, batch
+// by batch. On a GPU, batch i + 1 is encoded while batch i decodes on a second thread: the
+// decoder's short steps then run beside the encoder's products instead of after them (the CUDA
+// model encodes and decodes on streams of their own). On the CPU, where each already takes every
+// core, one after the other.
+using BatchDone = std::function<void(size_t batch, std::vector<std::vector<Emission>> emissions)>;
+void encode_and_decode(const Model& model,
+                       std::span<const std::vector<std::span<const float>>> batches,
+                       const EmissionPattern* pattern, const BatchDone& done);
 
 // Model::load with Device::cuda (cuda/model_cuda.cpp; cuda/model_nocuda.cpp in a build without
 // CUDA, where it throws hark::Error).

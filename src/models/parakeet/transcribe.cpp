@@ -86,21 +86,30 @@ Segment make_segment(const Model& model, std::span<const Emission> emissions, co
   return segment;
 }
 
-std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece> pieces) {
-  std::vector<std::span<const float>> batch;
-  std::vector<size_t> batched;  // the pieces in the batch
+std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece> pieces,
+                                       size_t batch_size,
+                                       const std::function<void(size_t)>& progress) {
+  std::vector<size_t> batched;  // the pieces that go to the model, in order
   for (size_t i = 0; i < pieces.size(); ++i) {
     check_piece(model, pieces[i]);
-    if (static_cast<int64_t>(pieces[i].samples.size()) >= model.min_samples()) {
-      batch.push_back(pieces[i].samples);
-      batched.push_back(i);
-    }
+    if (static_cast<int64_t>(pieces[i].samples.size()) >= model.min_samples()) batched.push_back(i);
+  }
+  if (batch_size == 0) batch_size = std::max<size_t>(batched.size(), 1);
+  std::vector<std::vector<std::span<const float>>> batches;
+  for (size_t j = 0; j < batched.size(); ++j) {
+    if (j % batch_size == 0) batches.emplace_back();
+    batches.back().push_back(pieces[batched[j]].samples);
   }
   std::vector<std::vector<Emission>> decoded(pieces.size());
-  if (!batch.empty()) {
-    std::vector<std::vector<Emission>> emissions = model.decode(*model.encode(batch));
-    for (size_t j = 0; j < batched.size(); ++j) decoded[batched[j]] = std::move(emissions[j]);
-  }
+  encode_and_decode(model, batches, nullptr,
+                    [&](size_t batch, std::vector<std::vector<Emission>> emissions) {
+                      for (size_t k = 0; k < emissions.size(); ++k) {
+                        decoded[batched[batch * batch_size + k]] = std::move(emissions[k]);
+                      }
+                      // The pieces up to this batch's last, the short ones among them too.
+                      const size_t last = std::min((batch + 1) * batch_size, batched.size()) - 1;
+                      if (progress) progress(batched[last] + 1);
+                    });
   std::vector<Segment> segments;
   for (size_t i = 0; i < pieces.size(); ++i) {
     segments.push_back(make_segment(model, decoded[i], pieces[i]));

@@ -9,21 +9,24 @@
 #include <span>
 #include <vector>
 
+#include "compute/cuda/graph.h"
 #include "compute/cuda/kernels_conformer.h"
 #include "models/parakeet/cuda/weights.h"
 #include "models/parakeet/model.h"
 
 namespace hark::parakeet::cuda {
 
-// Scratch of the encoder.
+// Scratch of the encoder, and the graph of its Conformer blocks for small batches.
 struct EncoderBuffers {
   gpu::Buffer staging;  // F32 values: the features (16-bit element types), the position table
   gpu::Buffer lengths, image, image_spare, normed, hidden, qkv, context, table, positions;
+  gpu::Buffer x;  // the blocks' activations when they replay as a graph
+  gpu::ReplayedGraph blocks;
 
   size_t bytes() const {
     size_t total = 0;
     for (const gpu::Buffer* buffer : {&staging, &lengths, &image, &image_spare, &normed, &hidden,
-                                      &qkv, &context, &table, &positions}) {
+                                      &qkv, &context, &table, &positions, &x}) {
       total += buffer->bytes();
     }
     return total;
@@ -31,6 +34,7 @@ struct EncoderBuffers {
 };
 
 // A batch's encoder output: rows b · padded_frames + t, those at t ≥ frames[b] not meaningful.
+// Its buffers are stream-ordered on the encoder's stream (Buffer(bytes, stream)).
 struct Encoded {
   int batch = 0;
   int64_t padded_frames = 0;
@@ -55,6 +59,11 @@ struct Features {
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Features& features,
             std::span<const int64_t> encoder_frames, EncoderBuffers& scratch, Encoded& out);
 
+// Once after the weights are uploaded, for a transducer: the first LSTM layer's input gates of
+// every token (Transducer::input_gates), so that a decoding step looks them up instead of
+// embedding its tokens and multiplying them; the embedding goes.
+void precompute_input_gates(gpu::Pass& pass, Weights& w);
+
 // The prediction network's state for `batch` utterances and the buffers of the decoding steps,
 // whose joint network evaluates `window` frames per utterance.
 struct DecoderBuffers {
@@ -62,19 +71,20 @@ struct DecoderBuffers {
   std::vector<gpu::Buffer> h, c;  // per LSTM layer [batch, H]: h of the element type, c F32
   gpu::Buffer prediction;         // [batch, joint_hidden]: each utterance's projected prediction
   gpu::Buffer ids;                // [batch] int32: the tokens the prediction network takes next
-  gpu::Buffer embedded, gates, projected;
+  gpu::Buffer gates;
   // The joint network over batch · window rows: their row numbers (transducer_rows), hidden
   // layer, F32 logits, and argmax (tokens, then TDT durations).
   gpu::Buffer rows, hidden, logits, decisions;
 };
 
 // Zero LSTM state for `batch` utterances, fed the blank (the start of every decode,
-// docs/parakeet.md §5.2).
+// docs/parakeet.md §5.2). The buffers are reused from an earlier decode where large enough.
 void start_prediction(gpu::Pass& pass, const Config& config, const Weights& w, int batch,
                       int window, DecoderBuffers& s);
 
 // Feeds s.ids[b] (on the device) to utterance b's prediction network where s.ids[b] ≥ 0 (one LSTM
-// step, then its projection into the joint space); the others keep their state and prediction.
+// step, then its projection into the joint space); the others keep their state, and their
+// prediction, projected again from it, comes out as it was.
 void predict(gpu::Pass& pass, const Config& config, const Weights& w, DecoderBuffers& s);
 
 // The greedy search's state on the device (compute/cuda/kernels_conformer.h, "Greedy transducer
@@ -89,7 +99,8 @@ struct Search {
 };
 
 // The search at the start of a decode of `encoded` (RNN-T or TDT, docs/parakeet.md §5.2, §5.3),
-// with the pattern's decisions in place of the argmax's when `pattern` is not null.
+// with the pattern's decisions in place of the argmax's when `pattern` is not null; `search`'s
+// buffers are reused where large enough.
 void start_search(gpu::Pass& pass, const Config& config, const Encoded& encoded,
                   const EmissionPattern* pattern, Search& search);
 

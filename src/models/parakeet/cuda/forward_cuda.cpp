@@ -33,6 +33,10 @@ void upload_as(gpu::Pass& pass, const float* values, int64_t count, gpu::Buffer&
   gpu::convert(gpu::Element::f32, staging.data(), pass.element(), out.data(), count, pass.stream());
 }
 
+// Batches of up to this many encoder rows (a clip of 80 s, eight of 10 s) run the Conformer
+// blocks as a replayed graph: below it, launching them costs more than their work.
+constexpr int64_t kReplayedRows = 1024;
+
 // The feed-forward module, x += ½·fc2(silu(fc1(LN(x)))) (fc2 holds the ½).
 void feed_forward(gpu::Pass& pass, int64_t rows, int64_t d, int64_t ffn, const gpu::LayerNorm& norm,
                   const gpu::Linear& fc1, const gpu::Linear& fc2, void* x, EncoderBuffers& s) {
@@ -132,10 +136,14 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
     pass.linear(s.image_spare.data(), pixels, layer.pointwise, s.image.data());
     gpu::relu(e, s.image.data(), pixels * channels, stream);
   }
+  // Small batches replay the blocks as a graph (below), which needs x at the same address every
+  // call: the scratch's, copied out at the end.
+  const bool replayed = rows <= kReplayedRows;
+  out.output = gpu::Buffer(pass.bytes(rows * d), stream);
+  if (replayed) s.x.reserve(pass.bytes(rows * d));
+  void* x = replayed ? s.x.data() : out.output.data();
   // Each time step [F, C] flattened as it is: the linear's columns are in that order
   // (weights.h), so no transpose to transformers' [C, F] runs here.
-  out.output = gpu::Buffer(pass.bytes(rows * d));
-  void* x = out.output.data();
   pass.mark("subsampling: output linear");
   pass.linear(s.image.data(), rows, sub.linear, x);
   if (sub.output_scale != 1.0f) gpu::scale(e, x, rows * d, sub.output_scale, stream);
@@ -149,51 +157,69 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
   s.qkv.reserve(pass.bytes(rows * 3 * d));
   s.context.reserve(pass.bytes(rows * d));
   s.positions.reserve(pass.bytes(table_rows * d));
-  for (const Block& block : w.blocks) {
-    feed_forward(pass, rows, d, ffn, block.norm_ff1, block.ff1_fc1, block.ff1_fc2, x, s);
+  auto blocks = [&] {
+    for (const Block& block : w.blocks) {
+      feed_forward(pass, rows, d, ffn, block.norm_ff1, block.ff1_fc1, block.ff1_fc2, x, s);
 
-    pass.mark("layer norms");
-    pass.layer_norm(x, rows, block.norm_attention, d, s.normed.data());
-    pass.mark("attention projections");
-    pass.linear(s.normed.data(), rows, block.qkv, s.qkv.data());
-    pass.linear(s.table.data(), table_rows, block.positions, s.positions.data());
-    void* qkv = s.qkv.data();
-    pass.rel_pos_attention(qkv, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, s.positions.data(),
-                           d, block.bias_u.data(), block.bias_v.data(), frames_dev, batch, steps,
-                           static_cast<int>(heads), static_cast<int>(head_dim), w.attention_scale,
-                           s.context.data(), d);
-    pass.mark("attention projections");
-    pass.linear(s.context.data(), rows, block.out, x, x);
+      pass.mark("layer norms");
+      pass.layer_norm(x, rows, block.norm_attention, d, s.normed.data());
+      pass.mark("attention projections");
+      pass.linear(s.normed.data(), rows, block.qkv, s.qkv.data());
+      pass.linear(s.table.data(), table_rows, block.positions, s.positions.data());
+      void* qkv = s.qkv.data();
+      pass.rel_pos_attention(qkv, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d,
+                             s.positions.data(), d, block.bias_u.data(), block.bias_v.data(),
+                             frames_dev, batch, steps, static_cast<int>(heads),
+                             static_cast<int>(head_dim), w.attention_scale, s.context.data(), d);
+      pass.mark("attention projections");
+      pass.linear(s.context.data(), rows, block.out, x, x);
 
-    // Conv module: pointwise1 -> GLU -> depthwise (+ folded BatchNorm) -> SiLU -> pointwise2.
-    pass.mark("layer norms");
-    pass.layer_norm(x, rows, block.norm_conv, d, s.normed.data());
-    pass.mark("convolution products");
-    pass.linear(s.normed.data(), rows, block.pointwise1, s.hidden.data());
-    pass.mark("GLU, depthwise convolution");
-    gpu::glu(e, s.hidden.data(), rows, d, s.normed.data(), stream);
-    gpu::depthwise_conv1d(e, s.normed.data(), batch, steps, d, frames_dev,
-                          block.depthwise_weight.data(), block.depthwise_bias.data(),
-                          config.conv_kernel, /*silu=*/true, s.context.data(), stream);
-    pass.mark("convolution products");
-    pass.linear(s.context.data(), rows, block.pointwise2, x, x);
+      // Conv module: pointwise1 -> GLU -> depthwise (+ folded BatchNorm) -> SiLU -> pointwise2.
+      pass.mark("layer norms");
+      pass.layer_norm(x, rows, block.norm_conv, d, s.normed.data());
+      pass.mark("convolution products");
+      pass.linear(s.normed.data(), rows, block.pointwise1, s.hidden.data());
+      pass.mark("GLU, depthwise convolution");
+      gpu::glu_depthwise_conv1d(e, s.hidden.data(), batch, steps, d, frames_dev,
+                                block.depthwise_weight.data(), block.depthwise_bias.data(),
+                                config.conv_kernel, /*silu=*/true, s.context.data(), stream);
+      pass.mark("convolution products");
+      pass.linear(s.context.data(), rows, block.pointwise2, x, x);
 
-    feed_forward(pass, rows, d, ffn, block.norm_ff2, block.ff2_fc1, block.ff2_fc2, x, s);
-    pass.mark("layer norms");
-    pass.layer_norm(x, rows, block.norm_out, d, x);
+      feed_forward(pass, rows, d, ffn, block.norm_ff2, block.ff2_fc1, block.ff2_fc2, x, s);
+      pass.mark("layer norms");
+      pass.layer_norm(x, rows, block.norm_out, d, x);
+    }
+  };
+  if (replayed) {
+    // ~20 launches per block cost more than a small batch's work in them: replayed, they cost
+    // one. The key: the shapes and every buffer the launches read or write.
+    std::vector<int64_t> key = pass.scratch_key();
+    for (const gpu::Buffer* buffer :
+         {&s.x, &s.lengths, &s.normed, &s.hidden, &s.qkv, &s.context, &s.table, &s.positions}) {
+      key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(buffer->data())));
+    }
+    key.insert(key.end(), {batch, steps});
+    pass.mark("Conformer blocks (replayed graph)");
+    s.blocks.run(std::move(key), stream, blocks);
+    gpu::check(cudaMemcpyAsync(out.output.data(), x, pass.bytes(rows * d), cudaMemcpyDeviceToDevice,
+                               stream),
+               "copy the encoder output");
+  } else {
+    blocks();
   }
   pass.mark("head input");
 
   // ---- The head's input ----
   if (w.ctc_head) {
     const int64_t vocab = config.vocab_size;
-    out.head = gpu::Buffer(sizeof(float) * rows * vocab);
-    out.frame_tokens = gpu::Buffer(sizeof(int32_t) * rows);
+    out.head = gpu::Buffer(sizeof(float) * rows * vocab, stream);
+    out.frame_tokens = gpu::Buffer(sizeof(int32_t) * rows, stream);
     pass.linear_f32_out(x, rows, w.ctc_head->weight, out.head.as<float>());
     gpu::finish_logits(e, out.head.as<float>(), bias_of(*w.ctc_head), rows, vocab, vocab,
                        out.frame_tokens.as<int32_t>(), nullptr, stream);
   } else {
-    out.head = gpu::Buffer(pass.bytes(rows * config.joint_hidden));
+    out.head = gpu::Buffer(pass.bytes(rows * config.joint_hidden), stream);
     pass.linear(x, rows, w.transducer->encoder_projector, out.head.data());
   }
   out.batch = batch;
@@ -209,31 +235,40 @@ void start_prediction(gpu::Pass& pass, const Config& config, const Weights& w, i
   const int64_t joint_rows = int64_t{batch} * window;
   s.batch = batch;
   s.window = window;
-  s.h.clear();
-  s.c.clear();
-  // Every buffer starts as zeros: rows that a step leaves alone are never garbage.
-  auto zeros = [&](size_t bytes) {
-    gpu::Buffer buffer(bytes);
+  // Every buffer starts as zeros: rows that a step leaves alone are never garbage. Buffers only
+  // grow, so that decodes of one batch size keep their addresses (and their step's graph).
+  auto zeros = [&](gpu::Buffer& buffer, size_t bytes) {
+    buffer.reserve(bytes);
     gpu::check(cudaMemsetAsync(buffer.data(), 0, bytes, stream), "clear");
-    return buffer;
   };
-  for (size_t l = 0; l < w.transducer->lstm.size(); ++l) {
-    s.h.push_back(zeros(pass.bytes(batch * hidden)));
-    s.c.push_back(zeros(sizeof(float) * batch * hidden));
+  const size_t layers = w.transducer->lstm.size();
+  s.h.resize(layers);
+  s.c.resize(layers);
+  for (size_t l = 0; l < layers; ++l) {
+    zeros(s.h[l], pass.bytes(batch * hidden));
+    zeros(s.c[l], sizeof(float) * batch * hidden);
   }
-  s.prediction = zeros(pass.bytes(batch * joint));
-  s.ids = zeros(sizeof(int32_t) * batch);
-  s.embedded = zeros(pass.bytes(batch * hidden));
-  s.gates = zeros(pass.bytes(batch * 4 * hidden));
-  s.projected = zeros(pass.bytes(batch * joint));
-  s.rows = zeros(sizeof(int32_t) * 2 * joint_rows);
-  s.hidden = zeros(pass.bytes(joint_rows * joint));
-  s.logits = zeros(sizeof(float) * joint_rows * config.head_outputs());
-  s.decisions = zeros(sizeof(int32_t) * 2 * joint_rows);
+  zeros(s.prediction, pass.bytes(batch * joint));
+  zeros(s.ids, sizeof(int32_t) * batch);
+  zeros(s.gates, pass.bytes(batch * 4 * hidden));
+  zeros(s.rows, sizeof(int32_t) * 2 * joint_rows);
+  zeros(s.hidden, pass.bytes(joint_rows * joint));
+  zeros(s.logits, sizeof(float) * joint_rows * config.head_outputs());
+  zeros(s.decisions, sizeof(int32_t) * 2 * joint_rows);
   const std::vector<int32_t> blanks(batch, config.blank_id);
   // A copy from pageable memory has read it when the call returns.
   gpu::upload(blanks.data(), blanks.size() * sizeof(int32_t), s.ids.data(), stream);
   predict(pass, config, w, s);
+}
+
+void precompute_input_gates(gpu::Pass& pass, Weights& w) {
+  if (!w.transducer) return;
+  Transducer& t = *w.transducer;
+  if (t.lstm.empty()) fail("Parakeet on CUDA: a prediction network without LSTM layers");
+  t.input_gates = gpu::Buffer(pass.bytes(t.tokens * t.lstm[0].input.out_features()));
+  pass.linear(t.embedding.data(), t.tokens, t.lstm[0].input, t.input_gates.data());
+  gpu::check(cudaStreamSynchronize(pass.stream()), "the prediction network's input gates");
+  t.embedding = {};
 }
 
 void predict(gpu::Pass& pass, const Config& config, const Weights& w, DecoderBuffers& s) {
@@ -242,18 +277,17 @@ void predict(gpu::Pass& pass, const Config& config, const Weights& w, DecoderBuf
   const Transducer& t = *w.transducer;
   const int64_t batch = s.batch, hidden = config.predictor_hidden;
   const auto* ids = s.ids.as<int32_t>();
-  gpu::embedding(e, t.embedding.data(), ids, batch, hidden, s.embedded.data(), stream);
-  const void* input = s.embedded.data();
   for (size_t l = 0; l < t.lstm.size(); ++l) {
-    pass.linear(input, batch, t.lstm[l].input, s.gates.data());
-    pass.linear(s.h[l].data(), batch, t.lstm[l].hidden, s.gates.data(), s.gates.data());
-    gpu::lstm_cell(e, s.gates.data(), ids, batch, hidden, s.c[l].as<float>(), s.h[l].data(),
-                   stream);
-    input = s.h[l].data();
+    // gates = h·W_hhᵀ + b_hh + x·W_ihᵀ + b_ih, the last term looked up for the first layer (its x
+    // is the token's embedding) and multiplied for the others (x: the layer below's new h).
+    if (l > 0) pass.linear(s.h[l - 1].data(), batch, t.lstm[l].input, s.gates.data());
+    pass.linear(s.h[l].data(), batch, t.lstm[l].hidden, s.gates.data(),
+                l > 0 ? s.gates.data() : nullptr);
+    gpu::lstm_cell(e, s.gates.data(), l == 0 ? t.input_gates.data() : nullptr, ids, batch, hidden,
+                   s.c[l].as<float>(), s.h[l].data(), stream);
   }
-  pass.linear(input, batch, t.decoder_projector, s.projected.data());
-  gpu::copy_rows_where(e, s.projected.data(), ids, batch, config.joint_hidden, s.prediction.data(),
-                       stream);
+  // Rows that took no token keep their h, so their projection comes out as it was.
+  pass.linear(s.h.back().data(), batch, t.decoder_projector, s.prediction.data());
 }
 
 namespace {
@@ -314,10 +348,10 @@ void start_search(gpu::Pass& pass, const Config& config, const Encoded& encoded,
     values[b] = static_cast<int32_t>(encoded.frames[b]);
     if (encoded.frames[b] > 0) ++decoding;
   }
-  search.values = gpu::Buffer(values.size() * sizeof(int32_t));
+  search.values.reserve(values.size() * sizeof(int32_t));
   // A copy from pageable memory has read it when the call returns.
   gpu::upload(values.data(), values.size() * sizeof(int32_t), search.values.data(), pass.stream());
-  search.emissions = gpu::Buffer(static_cast<size_t>(capacity) * batch * 3 * sizeof(int32_t));
+  search.emissions.reserve(static_cast<size_t>(capacity) * batch * 3 * sizeof(int32_t));
 }
 
 void search_step(gpu::Pass& pass, const Config& config, const Weights& w, const Encoded& encoded,

@@ -42,9 +42,6 @@ constexpr int kWindow = 8;
 // waits for the GPU, and once all are done, the steps left of the chunk change nothing.
 constexpr int kStepsPerCheck = 8;
 
-// The largest encoder scratch kept between calls (a minute of audio needs about 250 MB).
-constexpr size_t kKeptScratchBytes = size_t{512} << 20;
-
 // The file, once a usable GPU is known to be there: the first thing a CudaModel does, before its
 // members create streams.
 const gguf::File& on_gpu(const gguf::File& file) {
@@ -62,8 +59,18 @@ class CudaBatch final : public EncodedBatch {
   std::vector<float> head_input(int utterance) const override {
     return rows(encoded.head.data(), head_cols, head_f32 ? gpu::Element::f32 : element, utterance);
   }
+  void wait() const override { ready.synchronize(); }
+  // Its buffers go back to the pool on the model's encoder stream, once the work that writes them
+  // is done (the Model outlives its batches, model.h).
+  ~CudaBatch() override {
+    try {
+      ready.synchronize();
+    } catch (...) {  // an error of the encoder's work: the memory goes back all the same
+    }
+  }
 
   cuda::Encoded encoded;
+  gpu::Event ready;  // recorded after the encoder's last work for the batch
   gpu::Element element = gpu::Element::f32;
   int64_t output_cols = 0, head_cols = 0;
   bool head_f32 = false;        // CTC logits are F32 whatever the element type
@@ -71,6 +78,7 @@ class CudaBatch final : public EncodedBatch {
 
  private:
   std::vector<float> rows(const void* base, int64_t cols, gpu::Element e, int utterance) const {
+    ready.synchronize();
     const int64_t first = static_cast<int64_t>(utterance) * encoded.padded_frames * cols;
     const auto* at = static_cast<const uint8_t*>(base) + first * gpu::element_size(e);
     return gpu::download_f32(at, frames(utterance) * cols, e);
@@ -87,7 +95,9 @@ class CudaModel final : public Model {
     // The host weights are views into the file, needed only while they are copied.
     const Weights host = bind_weights(*file, config());
     weights_ = cuda::upload_weights(host, cuda::element_for(host));
-    pass_ = std::make_unique<gpu::Pass>(weights_.element, stream_.get());
+    encode_pass_ = std::make_unique<gpu::Pass>(weights_.element, encode_stream_.get());
+    decode_pass_ = std::make_unique<gpu::Pass>(weights_.element, decode_stream_.get());
+    cuda::precompute_input_gates(*decode_pass_, weights_);
   }
 
   Device device() const override { return Device::cuda; }
@@ -108,26 +118,26 @@ class CudaModel final : public Model {
     batch->head_cols = batch->head_f32 ? config().vocab_size : config().joint_hidden;
     batch->owner = this;
     {
-      std::lock_guard lock(mutex_);
+      std::lock_guard lock(encode_mutex_);
       // The front end on the GPU, the whole batch at once (features/mel_cuda.h), as
       // Model::features computes it: the STFT's last frame of each utterance is padding (zeros),
       // the encoder reads the L before it.
-      features::DeviceMelBatch features;
-      pass_->mark("features");
-      front_end_.compute(utterances, stream_.get(), features);
+      features::DeviceMelBatch& features = features_;
+      encode_pass_->mark("features");
+      front_end_.compute(utterances, encode_stream_.get(), features);
       for (size_t b = 0; b < lengths.size(); ++b) {
         if (features.frames[b] != lengths[b] + 1) {
           fail("Parakeet front end: ", features.frames[b], " STFT frames for ",
                utterances[b].size(), " samples, expected ", lengths[b] + 1);
         }
       }
-      cuda::encode(*pass_, config(), weights_,
+      cuda::encode(*encode_pass_, config(), weights_,
                    cuda::Features{features.data(), features.padded_frames, lengths}, frames,
                    encoder_scratch_, batch->encoded);
-      stream_.synchronize();
-      // A small scratch stays for the next call (a clip's allocations cost more than its
-      // subsampling); a large one goes: the memory is worth more than the allocations saved.
-      if (encoder_scratch_.bytes() > kKeptScratchBytes) encoder_scratch_ = {};
+      // No wait here: the caller may already copy up the next batch's samples (the front end's
+      // staging waits for this batch's uploads, the stream orders the rest). The scratch stays
+      // for the next call: freeing device memory waits for the whole device.
+      batch->ready.record(encode_stream_.get());
     }
     return batch;
   }
@@ -139,8 +149,11 @@ class CudaModel final : public Model {
     if (encoded == nullptr || encoded->owner != this) {
       fail("Parakeet decode: the batch was not encoded by this model");
     }
-    return config().head == Head::ctc ? decode_ctc(encoded->encoded, pattern)
-                                      : decode_transducer(encoded->encoded, pattern);
+    if (config().head == Head::ctc) {
+      encoded->wait();
+      return decode_ctc(encoded->encoded, pattern);
+    }
+    return decode_transducer(*encoded, pattern);
   }
 
   // docs/parakeet.md §5.1: the argmax of every frame came with the encoder.
@@ -160,44 +173,56 @@ class CudaModel final : public Model {
   // docs/parakeet.md §5.2 (RNN-T) and §5.3 (TDT): every step runs the joint network over a
   // window of each utterance's frames, takes the decisions (transducer_decide) and feeds the
   // tokens to the prediction network, all on the device; finished utterances stay as they are.
-  std::vector<std::vector<Emission>> decode_transducer(const cuda::Encoded& encoded,
+  std::vector<std::vector<Emission>> decode_transducer(const CudaBatch& batch,
                                                        const EmissionPattern* pattern) const {
-    std::lock_guard lock(mutex_);
-    const cudaStream_t stream = stream_.get();
-    pass_->mark("transducer search");
-    cuda::DecoderBuffers buffers;
-    cuda::start_prediction(*pass_, config(), weights_, encoded.batch, kWindow, buffers);
-    cuda::Search search;
-    cuda::start_search(*pass_, config(), encoded, pattern, search);
-    auto step = [&] { cuda::search_step(*pass_, config(), weights_, encoded, search, buffers); };
+    std::lock_guard lock(decode_mutex_);
+    const cuda::Encoded& encoded = batch.encoded;
+    gpu::Pass& pass = *decode_pass_;
+    const cudaStream_t stream = decode_stream_.get();
+    batch.ready.make_wait(stream);
+    pass.mark("transducer search");
+    cuda::DecoderBuffers& buffers = decoder_buffers_;
+    cuda::start_prediction(pass, config(), weights_, encoded.batch, kWindow, buffers);
+    cuda::Search& search = search_;
+    cuda::start_search(pass, config(), encoded, pattern, search);
+    auto step = [&] { cuda::search_step(pass, config(), weights_, encoded, search, buffers); };
     // Once outside the capture: cuBLASLt picks its kernels and the pass sizes its scratch, so
-    // that the capture allocates nothing.
+    // that the capture allocates nothing. The capture then only updates the last decode's graph
+    // when the launches are the same (another batch's encoder rows).
     step();
-    gpu::Graph graph;
+    gpu::Graph& graph = step_graph_;
     graph.capture(stream, step);
     // Every step takes at least one decision for each utterance still decoding, and the search
     // stops an utterance after max_symbols_per_step · T of them.
     const int64_t most_steps = int64_t{search.capacity};
     int64_t taken = 1;
     std::vector<int32_t> count;
-    while (cuda::still_decoding(*pass_, search, count) > 0) {
+    while (cuda::still_decoding(pass, search, count) > 0) {
       if (taken > most_steps) fail("Parakeet decode: still decoding after ", taken, " steps");
       for (int i = 0; i < kStepsPerCheck; ++i) graph.launch(stream);
       taken += kStepsPerCheck;
     }
-    std::vector<std::vector<Emission>> emissions = cuda::take_emissions(*pass_, search, count);
-    pass_->finish_stages();
+    std::vector<std::vector<Emission>> emissions = cuda::take_emissions(pass, search, count);
+    pass.finish_stages();
     return emissions;
   }
 
   cuda::Weights weights_;
-  // The encoder and the decoding steps run on the model's stream, one call at a time.
-  mutable std::mutex mutex_;
-  mutable cuda::EncoderBuffers encoder_scratch_;  // used under mutex_
-  gpu::Stream stream_;
-  std::unique_ptr<gpu::Pass> pass_;
-  // The front end (Model::mel() on the GPU), its scratch used under mutex_.
+  // The encoder (with the front end) and the decoder each have a stream, a pass and a lock of
+  // their own: while one thread decodes a batch, another can encode the next (encode_and_decode,
+  // model.h), the decoder's short steps going ahead of the encoder's products on the GPU.
+  gpu::Stream encode_stream_, decode_stream_{gpu::Stream::Priority::high};
+  std::unique_ptr<gpu::Pass> encode_pass_, decode_pass_;
+  mutable std::mutex encode_mutex_, decode_mutex_;
+  // Under encode_mutex_: the encoder's scratch, and the front end (Model::mel() on the GPU).
+  mutable cuda::EncoderBuffers encoder_scratch_;
   mutable features::CudaMelSpectrogram front_end_{mel()};
+  mutable features::DeviceMelBatch features_;
+  // Under decode_mutex_: the transducer search's buffers and step graph, kept from one decode to
+  // the next (a clip's decode would spend more on allocating them than on its steps).
+  mutable cuda::DecoderBuffers decoder_buffers_;
+  mutable cuda::Search search_;
+  mutable gpu::Graph step_graph_;
 };
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Parakeet's weights on the GPU, in the layout the CUDA forward pass wants: q, k and v of each
 // attention stacked into one matrix (one product instead of three), the feed-forward modules'
 // half step folded into their second linear, and the conv module's BatchNorm folded into its
-// depthwise kernel (the values parakeet/weights.cpp folds at load).
+// depthwise kernel (the values parakeet/weights.cpp folds at load); the depthwise kernels (and
+// the first subsampling convolution's, of one input channel) tap-major, [taps, channels], as
+// compute/cuda/kernels_conformer.h's convolutions read them.
 #pragma once
 
 #include <optional>
@@ -15,13 +17,13 @@ namespace hark::parakeet::cuda {
 namespace gpu = compute::cuda;
 
 struct SubsamplingStage {
-  gpu::Buffer depthwise_weight;  // [C, 3, 3]
+  gpu::Buffer depthwise_weight;  // [3·3, C] tap-major
   gpu::Buffer depthwise_bias;    // [C]
   gpu::Linear pointwise;         // [C, C] + [C]
 };
 
 struct Subsampling {
-  gpu::Buffer conv_weight, conv_bias;  // [C, 3, 3] (one input channel), [C]
+  gpu::Buffer conv_weight, conv_bias;  // [3·3, C] tap-major (one input channel), [C]
   std::vector<SubsamplingStage> stages;
   // [d, F·C] + [d], F the frequency bins after every stage: its input columns in (frequency,
   // channel) order, as the channels-last images hold each time step (transformers: (channel,
@@ -43,7 +45,7 @@ struct Block {
   gpu::Linear out;             // o_proj
   gpu::LayerNorm norm_conv;
   gpu::Linear pointwise1;                        // [2d, d]
-  gpu::Buffer depthwise_weight, depthwise_bias;  // [d, k], [d], BatchNorm folded in
+  gpu::Buffer depthwise_weight, depthwise_bias;  // [k, d] tap-major, [d], BatchNorm folded in
   gpu::Linear pointwise2;                        // [d, d]
   gpu::LayerNorm norm_ff2;
   gpu::Linear ff2_fc1, ff2_fc2;  // fc2 halved as ff1's
@@ -56,7 +58,11 @@ struct LstmLayer {
 };
 
 struct Transducer {
-  gpu::Buffer embedding;  // [V, H]
+  gpu::Buffer embedding;  // [tokens, H], until precompute_input_gates replaces it
+  int64_t tokens = 0;     // the embedding's rows (V + 1: the blank's too)
+  // [tokens, 4·H]: the first LSTM layer's input gates for every token, E·W_ihᵀ + b_ih
+  // (forward.h, precompute_input_gates).
+  gpu::Buffer input_gates;
   std::vector<LstmLayer> lstm;
   gpu::Linear encoder_projector;  // [joint, d]
   gpu::Linear decoder_projector;  // [joint, H]

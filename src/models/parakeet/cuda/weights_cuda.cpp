@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "base/error.h"
+#include "compute/cuda/kernels_conformer.h"
 #include "format/quant.h"
 #include "nn/upload_cuda.h"
 
@@ -58,13 +59,23 @@ gpu::Linear frequency_major(const gpu::Uploader& up, const nn::Linear& layer, in
   return up.linear(view, layer.bias ? &*layer.bias : nullptr);
 }
 
+// A depthwise (or one-input-channel) convolution's kernel, PyTorch's [C, 1, k(, k)], tap-major
+// [k(·k), C] as kernels_conformer.h's convolutions read it: a thread then loads the taps of its
+// neighbouring channels as whole packs.
+gpu::Buffer upload_tap_major(const gpu::Uploader& up, const Weight& w) {
+  const int64_t channels = w.shape[0], taps = w.shape.elements() / channels;
+  const std::vector<float> values = scaled_values(w, 1.0f);
+  const std::vector<float> reordered = gpu::tap_major(values.data(), channels, taps);
+  return up.vector(Weight::f32(reordered.data(), compute::Shape{taps, channels}));
+}
+
 Subsampling subsampling(const gpu::Uploader& up, const nn::ConvSubsampling& host) {
   Subsampling s;
-  s.conv_weight = up.vector(host.conv_weight);
+  s.conv_weight = upload_tap_major(up, host.conv_weight);
   s.conv_bias = up.vector(host.conv_bias);
   for (const nn::ConvSubsampling::Stage& stage : host.stages) {
-    s.stages.push_back({up.vector(stage.depthwise_weight), up.vector(stage.depthwise_bias),
-                        nn::upload(up, stage.pointwise)});
+    s.stages.push_back({upload_tap_major(up, stage.depthwise_weight),
+                        up.vector(stage.depthwise_bias), nn::upload(up, stage.pointwise)});
   }
   s.linear = frequency_major(up, host.linear, host.conv_weight.shape[0]);
   s.kernel = static_cast<int>(host.conv_weight.shape[2]);
@@ -87,7 +98,7 @@ Block block(const gpu::Uploader& up, const nn::ConformerBlock& host) {
   b.out = nn::upload(up, host.attention.out_proj);
   b.norm_conv = nn::upload(up, host.norm_conv);
   b.pointwise1 = nn::upload(up, host.conv.pointwise1);
-  b.depthwise_weight = up.vector(host.conv.depthwise_weight);
+  b.depthwise_weight = upload_tap_major(up, host.conv.depthwise_weight);
   b.depthwise_bias = up.vector(host.conv.depthwise_bias);
   b.pointwise2 = nn::upload(up, host.conv.pointwise2);
   b.norm_ff2 = nn::upload(up, host.norm_ff2);
@@ -100,6 +111,7 @@ Block block(const gpu::Uploader& up, const nn::ConformerBlock& host) {
 Transducer transducer(const gpu::Uploader& up, const TransducerWeights& host) {
   Transducer t;
   t.embedding = up.table(host.prediction.embedding, 0);
+  t.tokens = host.prediction.embedding.shape[0];
   for (const nn::LstmLayer& layer : host.prediction.layers) {
     t.lstm.push_back({up.linear(layer.weight_ih, layer.bias_ih ? &*layer.bias_ih : nullptr),
                       up.linear(layer.weight_hh, layer.bias_hh ? &*layer.bias_hh : nullptr)});
