@@ -69,7 +69,8 @@ const Option run_options[] = {
      "Whisper: decode N 30-s windows of a file at once, each on its\n"
      "own (no earlier text in the prompt), as faster-whisper's batched\n"
      "mode; default 1, openai's sequential decoding. Parakeet: encode\n"
-     "and decode N pieces of a file at once (default 4)."},
+     "and decode N pieces at once, of several files together when there\n"
+     "are several (default 4)."},
     {"max-piece", 0, "SECONDS",
      "Parakeet: cut audio longer than this at pauses into pieces\n"
      "transcribed as a batch (default 120, at most 400)."},
@@ -401,7 +402,8 @@ ParakeetSettings parakeet_settings(const ParsedArgs& args, whisper::Device devic
 }
 
 // Parakeet: each file cut at pauses into pieces its encoder's full attention handles, the pieces
-// transcribed `batch_size` at a time, then re-cut into subtitle-sized segments by their words.
+// (of all the files together, when there are several) transcribed `batch_size` at a time, then
+// re-cut into subtitle-sized segments by their words.
 int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
                  const std::shared_ptr<const gguf::File>& model_file, Outputs& outputs) {
   reject_options(args, whisper_only_options,
@@ -425,21 +427,84 @@ int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
             config.vocab_size, "; pieces of at most ", limits.max_seconds, " s, ", batch_size,
             " at a time");
 
+  // A recording cut at pauses into pieces on its own clock.
+  auto pieces_of = [&](const std::vector<float>& samples) {
+    std::vector<parakeet::Piece> pieces;
+    for (const SampleRange& range : split_at_pauses(samples, limits, config.sample_rate)) {
+      pieces.push_back({std::span(samples).subspan(range.begin, range.size()),
+                        static_cast<double>(range.begin) / config.sample_rate});
+    }
+    return pieces;
+  };
+  auto load = [&](const std::string& input) {
+    std::vector<float> samples = audio::load(input, config.sample_rate);
+    if (samples.empty()) fail("the audio is empty");
+    return samples;
+  };
+  auto duration_of = [&](const std::vector<float>& samples) {
+    return static_cast<double>(samples.size()) / config.sample_rate;
+  };
+
   const std::vector<std::string>& inputs = outputs.inputs();
+  if (batch_size > 1 && inputs.size() > 1) {
+    // Several files: their pieces share the batches (short files would otherwise each run as a
+    // batch of one), and each file's transcript is put back together from its own pieces. A file
+    // that cannot be read fails alone; a failure in the batches fails the files read.
+    std::vector<size_t> loaded;
+    std::vector<std::vector<float>> recordings;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      outputs.guarded({i}, [&] {
+        recordings.push_back(load(inputs[i]));
+        loaded.push_back(i);
+      });
+    }
+    if (loaded.empty()) return 1;
+    outputs.guarded(loaded, [&] {
+      const auto started = Clock::now();
+      std::vector<parakeet::Piece> pieces;
+      std::vector<size_t> owner;  // the recording each piece is from
+      for (size_t k = 0; k < recordings.size(); ++k) {
+        for (const parakeet::Piece& piece : pieces_of(recordings[k])) {
+          pieces.push_back(piece);
+          owner.push_back(k);
+        }
+      }
+      log::info(loaded.size(), " files: ", pieces.size(), " pieces");
+      ProgressLine progress("hark: " + std::to_string(loaded.size()) + " files");
+      std::vector<Segment> segments = parakeet::transcribe_pieces(
+          *model, pieces, static_cast<size_t>(batch_size), [&](size_t done) {
+            progress.update(static_cast<double>(done) / static_cast<double>(pieces.size()));
+          });
+      progress.clear();
+      std::vector<Transcript> transcripts(recordings.size());
+      double audio_seconds = 0;
+      for (size_t k = 0; k < recordings.size(); ++k) {
+        transcripts[k].duration = duration_of(recordings[k]);
+        audio_seconds += transcripts[k].duration;
+      }
+      for (size_t j = 0; j < segments.size(); ++j) {
+        if (!segments[j].text.empty()) {
+          transcripts[owner[j]].segments.push_back(std::move(segments[j]));
+        }
+      }
+      log_speed(std::to_string(loaded.size()) + " files", audio_seconds, seconds_since(started),
+                "");
+      for (size_t k = 0; k < loaded.size(); ++k) {
+        outputs.emit(loaded[k], split_by_words(transcripts[k]));
+      }
+    });
+    return outputs.failures() == 0 ? 0 : 1;
+  }
+
   for (size_t i = 0; i < inputs.size(); ++i) {
     outputs.guarded({i}, [&] {
       const auto started = Clock::now();
-      const std::vector<float> samples = audio::load(inputs[i], config.sample_rate);
-      if (samples.empty()) fail("the audio is empty");
-      std::vector<parakeet::Piece> pieces;
-      for (const SampleRange& range : split_at_pauses(samples, limits, config.sample_rate)) {
-        pieces.push_back({std::span(samples).subspan(range.begin, range.size()),
-                          static_cast<double>(range.begin) / config.sample_rate});
-      }
+      const std::vector<float> samples = load(inputs[i]);
+      const std::vector<parakeet::Piece> pieces = pieces_of(samples);
       log::info(shown_name(inputs[i]), ": ", pieces.size(),
                 pieces.size() == 1 ? " piece" : " pieces");
       Transcript transcript;
-      transcript.duration = static_cast<double>(samples.size()) / config.sample_rate;
+      transcript.duration = duration_of(samples);
       ProgressLine progress("hark: " + shown_name(inputs[i]));
       for (Segment& segment : parakeet::transcribe_pieces(
                *model, pieces, static_cast<size_t>(batch_size), [&](size_t done) {

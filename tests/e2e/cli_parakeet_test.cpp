@@ -164,6 +164,35 @@ TEST_F(CliParakeet, LongAudioIsCutIntoPiecesAndJoinedBack) {
   EXPECT_GT(last_word, duration - 15) << "the last piece's words are on the recording's clock";
 }
 
+// Several files share the batches (their pieces together) and come back each as it would alone,
+// in order; a file that cannot be read fails alone, and the run says so with exit code 1.
+TEST_F(CliParakeet, SeveralFilesShareBatchesAndComeBackAsAlone) {
+  const std::vector<std::string> clips = {data("audio/jfk.wav").string(),
+                                          data("audio/beckett.wav").string(),
+                                          data("audio/librivox-0870.wav").string()};
+  std::vector<std::string> args = {"run", model_, "-o", "json", "--batch-size", "4"};
+  args.insert(args.end(), clips.begin(), clips.end());
+  const std::string missing = path("no-such-file.wav");
+  args.insert(args.begin() + 4, missing);
+  const ProcessResult together = hark(args);
+  EXPECT_EQ(together.exit_code, 1) << describe(together);
+  EXPECT_NE(together.err.find("no-such-file.wav"), std::string::npos) << together.err;
+  // One JSON line per transcribed file, in order, each naming its file.
+  std::istringstream lines(together.out);
+  std::vector<json> transcripts;
+  for (std::string line; std::getline(lines, line);) transcripts.push_back(json::parse(line));
+  ASSERT_EQ(transcripts.size(), clips.size()) << together.out;
+  for (size_t i = 0; i < clips.size(); ++i) {
+    SCOPED_TRACE(clips[i]);
+    EXPECT_EQ(transcripts[i].at("file"), clips[i]);
+    const ProcessResult alone = hark({"run", model_, clips[i], "-o", "json"});
+    ASSERT_EQ(alone.exit_code, 0) << describe(alone);
+    json expected = json::parse(alone.out);
+    expected["file"] = clips[i];
+    EXPECT_EQ(transcripts[i], expected);
+  }
+}
+
 TEST_F(CliParakeet, SrtCuesAreNumberedAndTimed) {
   const ProcessResult result = hark({"run", model_, data("audio/long.wav").string(), "-o", "srt"});
   ASSERT_EQ(result.exit_code, 0) << describe(result);
