@@ -89,11 +89,17 @@ Segment make_segment(const Model& model, std::span<const Emission> emissions, co
 std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece> pieces,
                                        size_t batch_size,
                                        const std::function<void(size_t)>& progress) {
-  std::vector<size_t> batched;  // the pieces that go to the model, in order
+  std::vector<size_t> batched;  // the pieces that go to the model, longest first
   for (size_t i = 0; i < pieces.size(); ++i) {
     check_piece(model, pieces[i]);
     if (static_cast<int64_t>(pieces[i].samples.size()) >= model.min_samples()) batched.push_back(i);
   }
+  // Batches of similar lengths: a batch is padded to its longest piece, and pieces of many files
+  // (or a recording's last, short piece) would otherwise pad short ones to long ones. A piece's
+  // result does not depend on its batch.
+  std::stable_sort(batched.begin(), batched.end(), [&](size_t a, size_t b) {
+    return pieces[a].samples.size() > pieces[b].samples.size();
+  });
   if (batch_size == 0) batch_size = std::max<size_t>(batched.size(), 1);
   std::vector<std::vector<std::span<const float>>> batches;
   for (size_t j = 0; j < batched.size(); ++j) {
@@ -101,14 +107,15 @@ std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece
     batches.back().push_back(pieces[batched[j]].samples);
   }
   std::vector<std::vector<Emission>> decoded(pieces.size());
+  // Pieces done: the short ones at once, then each batch's.
+  size_t done = pieces.size() - batched.size();
   encode_and_decode(model, batches, nullptr,
                     [&](size_t batch, std::vector<std::vector<Emission>> emissions) {
                       for (size_t k = 0; k < emissions.size(); ++k) {
                         decoded[batched[batch * batch_size + k]] = std::move(emissions[k]);
                       }
-                      // The pieces up to this batch's last, the short ones among them too.
-                      const size_t last = std::min((batch + 1) * batch_size, batched.size()) - 1;
-                      if (progress) progress(batched[last] + 1);
+                      done += emissions.size();
+                      if (progress) progress(done);
                     });
   std::vector<Segment> segments;
   for (size_t i = 0; i < pieces.size(); ++i) {

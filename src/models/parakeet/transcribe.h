@@ -31,9 +31,10 @@ struct Piece {
 // special one, has empty text) and words as above, all times offset by the piece's offset. Text
 // starts with a space unless empty, as Whisper's segments do, so that segments join into
 // Transcript::text(). A piece shorter than model.min_samples() holds no speech: its segment has
-// no text. The other pieces are encoded and decoded in batches of batch_size (0: all in one) by
-// encode_and_decode (model.h: on a GPU the next batch encodes while one decodes); after each
-// batch, progress(pieces done so far) when given. Throws hark::Error on an empty piece or one
+// no text. The other pieces are encoded and decoded in batches of batch_size (0: all in one),
+// longest first so that a batch holds pieces of similar lengths, by encode_and_decode (model.h:
+// on a GPU the next batch encodes while one decodes); after each batch, progress(pieces done so
+// far) when given. Throws hark::Error on an empty piece or one
 // longer than model.max_samples().
 std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece> pieces,
                                        size_t batch_size = 0,
