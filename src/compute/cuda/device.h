@@ -51,6 +51,8 @@ class Buffer {
   void reserve(size_t bytes);
 
  private:
+  void adopt(cudaError_t status, size_t bytes, const char* what);
+
   void* data_ = nullptr;
   size_t bytes_ = 0;
   cudaStream_t stream_ = nullptr;  // stream-ordered when set

@@ -60,29 +60,26 @@ void check_launch(const char* what) {
   check(cudaGetLastError(), what);
 }
 
-Buffer::Buffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
-  if (bytes == 0) return;
-  keep_pool_memory();
-  const cudaError_t status = cudaMallocAsync(&data_, bytes, stream);
+// What both constructors do after asking for the memory: out of memory gets its own error.
+void Buffer::adopt(cudaError_t status, size_t bytes, const char* what) {
   if (status == cudaErrorMemoryAllocation) {
     cudaGetLastError();
     throw_out_of_memory(bytes);
   }
-  check(status, "cudaMallocAsync");
+  check(status, what);
   bytes_ = bytes;
   count_allocation(bytes);
 }
 
+Buffer::Buffer(size_t bytes, cudaStream_t stream) : stream_(stream) {
+  if (bytes == 0) return;
+  keep_pool_memory();
+  adopt(cudaMallocAsync(&data_, bytes, stream), bytes, "cudaMallocAsync");
+}
+
 Buffer::Buffer(size_t bytes) {
   if (bytes == 0) return;
-  const cudaError_t status = cudaMalloc(&data_, bytes);
-  if (status == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    throw_out_of_memory(bytes);
-  }
-  check(status, "cudaMalloc");
-  bytes_ = bytes;
-  count_allocation(bytes);
+  adopt(cudaMalloc(&data_, bytes), bytes, "cudaMalloc");
 }
 
 Buffer::~Buffer() {
