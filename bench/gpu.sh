@@ -7,7 +7,9 @@
 # parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16), parakeet-oracle (tools/oracle/parakeet.py:
 # the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz), profile (hark bench
 # with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3), nsys (Nsight Systems' kernel
-# table for the Parakeet batch, where nsys is installed). Default: the first four. Full logs go
+# table for the Parakeet batch, where nsys is installed), ncu (Nsight Compute: every kernel of
+# the runs hark bench brackets, large-v3 batch 1 and 16 and the Parakeet batch, summed by name
+# by bench/ncu_summary.py). Default: the first four. Full logs go
 # to OUT_DIR; a short summary is printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
 set -uo pipefail
@@ -77,17 +79,19 @@ if has parakeet; then
   echo "== Parakeet: hark bench and transformers (same GPU, same pattern)" | tee -a "$summary"
   for model in parakeet-tdt-0.6b-v2 parakeet-ctc-1.1b; do
     timeout 300 "$build/hark" bench --device cuda --model "$model" --type bf16 --batches 64 \
-      --seconds 20 --repeats 3 >> "$out/parakeet.log" 2>&1
+      --seconds 20 --repeats 3 --mixed 3600 >> "$out/parakeet.log" 2>&1
     echo "exit $? (hark $model)" >> "$out/parakeet.log"
     timeout 300 python3 bench/transformers_parakeet.py --model "$model" --batch 64 --seconds 20 \
       --repeats 3 >> "$out/parakeet.log" 2>&1
     echo "exit $? (transformers $model)" >> "$out/parakeet.log"
   done
-  # Larger offline batches (hark alone): 20-s utterances 128 at a time, 10-s ones 128 and 256.
+  # Larger offline batches (hark alone): 20-s utterances 128 at a time, 10-s ones 128 and 256;
+  # an hour of 10-30-s utterances in batches of 128 and 256.
   for run in "20 128" "10 128,256"; do
     set -- $run
     timeout 300 "$build/hark" bench --device cuda --model parakeet-tdt-0.6b-v2 --type bf16 \
-      --batches "$2" --seconds "$1" --repeats 3 >> "$out/parakeet.log" 2>&1
+      --batches "$2" --seconds "$1" --repeats 3 $([ "$1" = 10 ] && echo --mixed 3600) \
+      >> "$out/parakeet.log" 2>&1
     echo "exit $? (hark parakeet-tdt-0.6b-v2, $2 x $1 s)" >> "$out/parakeet.log"
   done
   grep -vE "^\{|^JSON|warn|_VF|RNN module" "$out/parakeet.log" | tail -60 >> "$summary"
@@ -124,6 +128,25 @@ if has nsys; then
   else
     echo "nsys is not installed on this machine" | tee -a "$summary"
   fi
+fi
+
+if has ncu; then
+  # Every kernel of the runs hark bench brackets (cudaProfilerStart/Stop: the last timed runs),
+  # timed alone by Nsight Compute at the GPU's own clocks; a table per run by bench/ncu_summary.py.
+  echo "== Nsight Compute: kernel times (bracketed runs of hark bench)" | tee -a "$summary"
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for run in "whisper-b1 --model large-v3 --type f16 --batches 1 --tokens 3 --windows 1" \
+             "whisper-b16 --model large-v3 --type f16 --batches 16 --tokens 3 --windows 1" \
+             "parakeet-b64 --model parakeet-tdt-0.6b-v2 --type bf16 --batches 64 --seconds 20 --pipeline 1"; do
+    set -- $run
+    name=$1
+    shift
+    timeout 400 "$ncu" --profile-from-start off --clock-control none --csv \
+      --metrics gpu__time_duration.sum "$build/hark" bench --device cuda "$@" \
+      > "$out/ncu-$name.csv" 2> "$out/ncu-$name.err"
+    echo "-- $name (exit $?)" >> "$summary"
+    python3 bench/ncu_summary.py "$out/ncu-$name.csv" 30 >> "$summary" 2>&1
+  done
 fi
 
 if has transformers; then

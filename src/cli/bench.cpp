@@ -21,6 +21,7 @@
 #include "format/gguf.h"
 #include "models/parakeet/model.h"
 #include "models/parakeet/synthetic.h"
+#include "models/parakeet/transcribe.h"
 #include "models/whisper/model.h"
 #include "models/whisper/synthetic.h"
 
@@ -49,10 +50,14 @@ const Option bench_options[] = {
     {"pipeline", 0, "N",
      "Parakeet: after each --batches row, N such batches through\n"
      "the encode/decode pipeline of hark run (default 3; 1: none)."},
+    {"mixed", 0, "S",
+     "Parakeet: at the end, S seconds of audio (3600: an hour) made of\n"
+     "utterances of 10 to 30 s, batched longest first by each --batches\n"
+     "size and run through the pipeline, as hark run batches many files."},
 };
 
 constexpr std::string_view whisper_only_options[] = {"tokens", "windows"};
-constexpr std::string_view parakeet_only_options[] = {"seconds", "repeats", "pipeline"};
+constexpr std::string_view parakeet_only_options[] = {"seconds", "repeats", "pipeline", "mixed"};
 
 constexpr std::string_view bench_description =
     "Writes a GGUF with random weights of the configuration to a temporary file\n"
@@ -83,7 +88,10 @@ constexpr std::string_view bench_description =
     "elsewhere. RTFx = audio seconds / (features + encoder + decoding).\n"
     "A 'pipelined' row follows each batch size: --pipeline batches of it\n"
     "through the pipeline hark run uses (on a GPU a batch decodes while the\n"
-    "next one encodes), timed as a whole.\n"
+    "next one encodes), timed as a whole. --mixed adds one 'mixed' row per\n"
+    "batch size: an offline workload of utterances of seeded lengths, uniform\n"
+    "in 10-30 s, grouped into batches of similar lengths as hark run groups\n"
+    "pieces (transcribe_pieces), the first run untimed.\n"
     "CPU or GPU (--device). On the CPU the defaults take about 20 s for a 0.6b\n"
     "model on 2 cores, writing the weights included.";
 
@@ -203,6 +211,8 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
     std::vector<std::shared_ptr<const whisper::EncodedWindow>> windows;
     for (int i = 0; i < repeats; ++i) {
       windows.clear();
+      // An external profiler (compute/cuda/cuda.h) sees the last encode and the timed decode.
+      if (i == repeats - 1) compute::cuda::profiler_start();
       const auto start = Clock::now();
       windows = model.encode_batch(mel, batch);
       encoder_ms.push_back(elapsed_ms(start) / batch);
@@ -210,8 +220,11 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
     std::vector<whisper::GreedyJob> jobs;
     for (const auto& window : windows) jobs.push_back({window, prompt, 0, tokens});
     whisper::GreedyTiming timing;
+    compute::cuda::profiler_stop();
     model.decode_greedy(jobs, /*timestamps=*/false, tokens, &timing);  // warm-up
+    compute::cuda::profiler_start();
     model.decode_greedy(jobs, /*timestamps=*/false, tokens, &timing);
+    compute::cuda::profiler_stop();
     const double encoder = median(encoder_ms);
     const double prompt_ms = timing.prompt_ms / batch;
     const double step = timing.steps > 0 ? timing.steps_ms / timing.steps : 0;
@@ -279,9 +292,14 @@ void bench_parakeet_row(const parakeet::Model& model, const char* label, int bat
     for (int i = 0; i < 2 || elapsed_ms(warm_up) < 500; ++i) time_parakeet(model, spans, pattern);
   }
   for (int i = 0; i < repeats; ++i) {
-    // HARK_CUDA_PROFILE's table shows the last run alone (earlier ones set buffers up).
-    if (i == repeats - 1) compute::cuda::reset_profile();
+    // HARK_CUDA_PROFILE's table shows the last run alone (earlier ones set buffers up), and an
+    // external profiler (compute/cuda/cuda.h) sees it too.
+    if (i == repeats - 1) {
+      compute::cuda::reset_profile();
+      compute::cuda::profiler_start();
+    }
     const ParakeetTimes times = time_parakeet(model, spans, pattern);
+    if (i == repeats - 1) compute::cuda::profiler_stop();
     features_ms.push_back(times.features_ms);
     encode_ms.push_back(times.encode_ms);
     decode_ms.push_back(times.decode_ms);
@@ -299,6 +317,24 @@ void bench_parakeet_row(const parakeet::Model& model, const char* label, int bat
   std::fflush(stdout);
 }
 
+// The median time of `repeats` runs of the batches through parakeet::encode_and_decode, after
+// one untimed run (each batch's shape met once); `tokens` gets the emissions of a run.
+double time_pipeline(const parakeet::Model& model,
+                     std::span<const std::vector<std::span<const float>>> batches, int repeats,
+                     const parakeet::EmissionPattern& pattern, size_t& tokens) {
+  std::vector<double> total_ms;
+  for (int i = 0; i <= repeats; ++i) {
+    tokens = 0;
+    const auto start = Clock::now();
+    parakeet::encode_and_decode(model, batches, &pattern,
+                                [&](size_t, std::vector<std::vector<parakeet::Emission>> done) {
+                                  for (const auto& emissions : done) tokens += emissions.size();
+                                });
+    if (i > 0) total_ms.push_back(elapsed_ms(start));
+  }
+  return median(total_ms);
+}
+
 // `count` batches of `batch` utterances through parakeet::encode_and_decode, the way hark run
 // transcribes a long recording's pieces: on a GPU each batch's decode overlaps the next one's
 // encoder. The row shows the whole run (its total and RTFx); encoder and decoder overlap, so they
@@ -309,22 +345,45 @@ void bench_parakeet_pipeline(const parakeet::Model& model, int count, int batch,
   for (int i = 0; i < count * batch; ++i) clips.push_back(noise_clip(seconds, 5000 + i));
   std::vector<std::vector<std::span<const float>>> batches(count);
   for (int i = 0; i < count * batch; ++i) batches[i / batch].push_back(clips[i]);
-  std::vector<double> total_ms;
   size_t tokens = 0;
-  for (int i = 0; i <= repeats; ++i) {  // the first run warms up
-    tokens = 0;
-    const auto start = Clock::now();
-    parakeet::encode_and_decode(model, batches, &pattern,
-                                [&](size_t, std::vector<std::vector<parakeet::Emission>> done) {
-                                  for (const auto& emissions : done) tokens += emissions.size();
-                                });
-    if (i > 0) total_ms.push_back(elapsed_ms(start));
-  }
-  const double total = median(total_ms);
+  const double total = time_pipeline(model, batches, repeats, pattern, tokens);
   const std::string batches_label = std::to_string(count) + "x" + std::to_string(batch);
   std::printf("%-10s %6s %8.1f %12s %12s %11s %10.1f %7zu %9.1f\n", "pipelined",
               batches_label.c_str(), count * batch * seconds, "-", "overlapped", "overlapped",
               total, tokens, count * batch * seconds / (total / 1000));
+  std::fflush(stdout);
+}
+
+// Utterances of 10 to 30 s (seeded uniform lengths) until `total_seconds` of audio (the last one
+// shorter, at least a second), batched as hark run batches pieces: longest first, by `batch`.
+void bench_parakeet_mixed(const parakeet::Model& model, double total_seconds, int batch,
+                          int repeats, const parakeet::EmissionPattern& pattern) {
+  constexpr int kRate = 16000;
+  SplitMix64 random(77);
+  std::vector<std::vector<float>> clips;
+  std::vector<size_t> lengths;
+  for (double left = total_seconds; left >= 1.0;) {
+    const double seconds = std::min(left, 20.0 + 10.0 * random.uniform());
+    clips.push_back(noise_clip(seconds, 9000 + clips.size()));
+    lengths.push_back(clips.back().size());
+    left -= static_cast<double>(clips.back().size()) / kRate;
+  }
+  std::vector<std::vector<std::span<const float>>> batches;
+  double audio_seconds = 0;
+  for (const std::vector<size_t>& members :
+       parakeet::batches_longest_first(lengths, static_cast<size_t>(batch))) {
+    batches.emplace_back();
+    for (size_t i : members) {
+      batches.back().push_back(clips[i]);
+      audio_seconds += static_cast<double>(clips[i].size()) / kRate;
+    }
+  }
+  size_t tokens = 0;
+  const double total = time_pipeline(model, batches, repeats, pattern, tokens);
+  const std::string label = std::to_string(clips.size()) + "/" + std::to_string(batch);
+  std::printf("%-10s %6s %8.1f %12s %12s %11s %10.1f %7zu %9.1f\n", "mixed", label.c_str(),
+              audio_seconds, "-", "overlapped", "overlapped", total, tokens,
+              audio_seconds / (total / 1000));
   std::fflush(stdout);
 }
 
@@ -343,6 +402,8 @@ int bench_parakeet(const ParsedArgs& args, const std::string& name, const std::s
   const double seconds = args.float_or("seconds", 20, 0.1, 400);
   const int repeats = args.int_or("repeats", 1, 1, 1000);
   const int pipelined = args.int_or("pipeline", 3, 1, 1000);
+  const double mixed_seconds = args.has("mixed") ? args.float_or("mixed", 3600, 1, 36000) : 0;
+  if (mixed_seconds > 0 && !args.has("batches")) usage_fail("--mixed needs --batches");
   if (args.has("threads")) compute::set_threads(args.int_or("threads", 1, 1, 1024));
   const parakeet::Device device = parakeet_device(device_from_args(args));
   const std::vector<int> batches =
@@ -374,6 +435,9 @@ int bench_parakeet(const ParsedArgs& args, const std::string& name, const std::s
   for (int batch : batches) {
     bench_parakeet_row(*model, "throughput", batch, seconds, repeats, pattern);
     if (pipelined > 1) bench_parakeet_pipeline(*model, pipelined, batch, seconds, repeats, pattern);
+  }
+  for (int batch : mixed_seconds > 0 ? batches : std::vector<int>{}) {
+    bench_parakeet_mixed(*model, mixed_seconds, batch, repeats, pattern);
   }
   std::printf("peak RSS         %.2f GiB (the mapped weights included)\n", peak_rss_gib());
   if (on_gpu) {

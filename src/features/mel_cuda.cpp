@@ -182,8 +182,12 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
   auto* staged_signal = reinterpret_cast<float*>(staged);
   out.signal.reserve(std::max<size_t>(signal_bytes, sizeof(float)));
   out.utterances.reserve(table_bytes);
+  // The last call's kernels may still be queued behind other work on their stream: the copies
+  // wait for those that read the buffers they overwrite, not for the rest.
+  const cudaStream_t upload = upload_stream_.get();
+  inputs_read_.make_wait(upload);
   std::memcpy(staged + table_offset, table.data(), table_bytes);
-  staging_.upload_part(table_offset, table_bytes, out.utterances.data(), stream);
+  staging_.upload_part(table_offset, table_bytes, out.utterances.data(), upload);
 
   // Each piece is a range of the concatenated signal, across utterances, and is checked on the
   // way as MelSpectrogram::compute checks samples: only those of utterances that give frames.
@@ -214,7 +218,7 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
     try {
       staging_.upload_part(sizeof(float) * static_cast<size_t>(begin),
                            sizeof(float) * static_cast<size_t>(end - begin), device_signal + begin,
-                           stream);
+                           upload);
     } catch (...) {
 #pragma omp critical(hark_mel_upload_error)
       if (!upload_error) upload_error = std::current_exception();
@@ -222,6 +226,7 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
   }
   staging_.finish_uploads();
   if (upload_error) std::rethrow_exception(upload_error);
+  inputs_uploaded_.record(upload);
   // The first bad piece holds the first bad sample of the first bad utterance: before any kernel
   // is queued (the uploads only wrote the batch's own buffers), as the CPU reports it.
   for (const int64_t position : first_non_finite) {
@@ -232,6 +237,7 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
     fail("audio sample ", position - owner->offset, " is not a finite number");
   }
 
+  inputs_uploaded_.make_wait(stream);
   const auto* signal = out.signal.as<const float>();
   const auto* utterance_table = out.utterances.as<const gpu::MelUtterance>();
   float* values = out.values.as<float>();
@@ -273,6 +279,7 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
                                      stream);
       break;
   }
+  inputs_read_.record(stream);
 }
 
 }  // namespace hark::features

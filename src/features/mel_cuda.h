@@ -2,8 +2,8 @@
 // batch of utterances at once, the features left on the device for an encoder. The same front
 // ends as mel.h (Whisper's, NeMo's), not a copy of one of them.
 //
-// Per batch, on one stream (compute/cuda/kernels_mel.h for the kernels): the samples go up in
-// parts, each as soon as it is staged, then
+// Per batch (compute/cuda/kernels_mel.h for the kernels): the samples go up in parts, each as soon
+// as it is staged, on the front end's own copy stream, then on the caller's stream
 //   n_fft a power of two (NeMo's 512): per frame, one kernel: the frame (pre-emphasis, centre
 //     padding, window) -> an F32 FFT in shared memory -> |X|^power
 //   any other n_fft (Whisper's 400): frames -> DFT: one F32 product with a cos/sin basis that
@@ -58,6 +58,9 @@ class CudaMelSpectrogram {
 
   // The features of each utterance (mono samples at sample_rate) into `out`, asynchronously on
   // `stream`: ready once the stream is synchronised. The samples are copied before this returns.
+  // Their upload runs on a stream of the front end's own, as soon as the last call's kernels no
+  // longer read its inputs: while `stream` still runs earlier work (another batch's encoder),
+  // the copies to the GPU already run beside it.
   // Throws hark::Error, before any kernel is queued, on a sample that is NaN or infinite (as
   // MelSpectrogram::compute does; copies into out's buffers may be queued, and `out` is not to be
   // used). Uses the object's scratch: one call at a time.
@@ -78,6 +81,11 @@ class CudaMelSpectrogram {
   // Scratch for one chunk of frames at a time: power [rows, bins_], and for the product frames
   // [rows, width] and spectrum [rows, 2 · bins_]. Chunks bound it whatever the batch.
   compute::cuda::Buffer frames_, spectrum_, power_;
+  // The copies of the samples, ordered after the last call's kernels that read its inputs (the
+  // samples and the utterance table, overwritten by the next upload) and before the kernels of
+  // their own call. Declared before the staging buffer, whose destructor waits for the stream.
+  compute::cuda::Stream upload_stream_;
+  compute::cuda::Event inputs_read_, inputs_uploaded_;
   compute::cuda::StagingBuffer staging_;  // the samples and the utterance table on their way up
 };
 

@@ -56,6 +56,31 @@ Row find_row(const std::string& out, const std::string& label) {
   return {};
 }
 
+// A row of a whole run (pipelined, mixed): its shape ("3x2", "7/2"), audio, time, tokens and RTFx;
+// encoder and decoder overlap there and have no figures.
+struct RunRow {
+  std::string shape;
+  double audio_seconds = 0, total_ms = 0, rtfx = 0;
+  long tokens = 0;
+};
+
+RunRow find_run_row(const std::string& out, const std::string& label) {
+  RunRow row;
+  const size_t at = out.find("\n" + label + " ");
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "no row '" << label << "' in\n" << out;
+    return row;
+  }
+  std::istringstream fields(out.substr(at + 1, out.find('\n', at + 1) - at - 1));
+  std::string name, features, encoder, decoder;
+  fields >> name >> row.shape >> row.audio_seconds >> features >> encoder >> decoder >>
+      row.total_ms >> row.tokens >> row.rtfx;
+  EXPECT_FALSE(fields.fail()) << out;
+  EXPECT_GT(row.total_ms, 0);
+  EXPECT_NEAR(row.rtfx, row.audio_seconds / (row.total_ms / 1000), 0.03 * row.rtfx + 0.1);
+  return row;
+}
+
 TEST(CliBench, ParakeetTimesTheClipAndABatchWithThePattern) {
   const ProcessResult result =
       hark({"bench", "--model", "parakeet-tiny-test", "--threads", "1", "--batches", "2",
@@ -88,20 +113,35 @@ TEST(CliBench, ParakeetTimesTheClipAndABatchWithThePattern) {
 
   // The pipelined row: 3 batches of the row's 2 utterances through encode_and_decode, every
   // token of every batch counted, the whole run timed.
-  const size_t at = result.out.find("\npipelined ");
-  ASSERT_NE(at, std::string::npos) << result.out;
-  std::istringstream fields(result.out.substr(at + 1, result.out.find('\n', at + 1) - at - 1));
-  std::string label, batches, features, encoder, decoder;
-  double audio_seconds = 0, total_ms = 0, rtfx = 0;
-  int tokens_counted = 0;
-  fields >> label >> batches >> audio_seconds >> features >> encoder >> decoder >> total_ms >>
-      tokens_counted >> rtfx;
-  ASSERT_FALSE(fields.fail()) << result.out;
-  EXPECT_EQ(batches, "3x2");
-  EXPECT_DOUBLE_EQ(audio_seconds, 18.0);
-  EXPECT_EQ(tokens_counted, 3 * 2 * tokens(3.0));
-  EXPECT_GT(total_ms, 0);
-  EXPECT_NEAR(rtfx, audio_seconds / (total_ms / 1000), 0.03 * rtfx + 0.1);
+  const RunRow pipelined = find_run_row(result.out, "pipelined");
+  EXPECT_EQ(pipelined.shape, "3x2");
+  EXPECT_DOUBLE_EQ(pipelined.audio_seconds, 18.0);
+  EXPECT_EQ(pipelined.tokens, 3 * 2 * tokens(3.0));
+}
+
+// The mixed row: utterances of 10-30 s up to the asked audio, batched longest first, every one
+// decoded with the pattern.
+TEST(CliBench, ParakeetMixedWorkloadRow) {
+  const ProcessResult result =
+      hark({"bench", "--model", "parakeet-tiny-test", "--threads", "1", "--batches", "2",
+            "--seconds", "1", "--pipeline", "1", "--mixed", "75", "--device", "cpu"});
+  ASSERT_EQ(result.exit_code, 0) << describe(result);
+  EXPECT_EQ(result.out.find("\npipelined "), std::string::npos) << result.out;
+  const RunRow mixed = find_run_row(result.out, "mixed");
+  const std::string& shape = mixed.shape;
+  const double audio_seconds = mixed.audio_seconds;
+  // "utterances/batch size": 75 s of 10-30-s utterances are 3 to 8 of them.
+  const size_t slash = shape.find('/');
+  ASSERT_NE(slash, std::string::npos) << shape;
+  const int utterances = std::stoi(shape.substr(0, slash));
+  EXPECT_EQ(shape.substr(slash + 1), "2");
+  EXPECT_GE(utterances, 3);
+  EXPECT_LE(utterances, 8);
+  // All of it but a last remainder under a second.
+  EXPECT_GT(audio_seconds, 74.0 - 1e-9);
+  EXPECT_LE(audio_seconds, 75.0 + 1e-9);
+  // A token every 4 frames (320 ms) of each utterance, rounded up per utterance.
+  EXPECT_NEAR(static_cast<double>(mixed.tokens), audio_seconds / 0.32, 2.0 * utterances);
 }
 
 TEST(CliBench, ParakeetHelpAndErrors) {
@@ -119,6 +159,11 @@ TEST(CliBench, ParakeetHelpAndErrors) {
            {{"bench", "--model", "parakeet-tiny-test", "--batches", "0"}, 2, "--batches"},
            {{"bench", "--model", "parakeet-tiny-test", "--pipeline", "0"}, 2, "--pipeline"},
            {{"bench", "--model", "tiny", "--pipeline", "2"}, 2, "--pipeline"},
+           {{"bench", "--model", "parakeet-tiny-test", "--mixed", "60"}, 2, "--mixed"},
+           {{"bench", "--model", "parakeet-tiny-test", "--mixed", "0", "--batches", "2"},
+            2,
+            "--mixed"},
+           {{"bench", "--model", "tiny", "--mixed", "60"}, 2, "--mixed"},
            {{"bench", "--model", "tiny", "--seconds", "5"}, 2, "--seconds"},
        }) {
     const ProcessResult result = hark(args);

@@ -222,6 +222,97 @@ TEST(ParakeetKernelsCuda, DepthwiseConv2dMasksRowsPastEachHeight) {
   }
 }
 
+// Only FastConformer's shape (kernel 3, stride 2, padding 1) on whole 16-byte packs of channels
+// is fused; the caller keeps the two kernels for the rest. Needs no GPU.
+TEST(ParakeetKernelsCuda, Conv2dOneChannelThenDepthwiseSupportsFastConformersShapeOnly) {
+  EXPECT_TRUE(conv2d_one_channel_then_depthwise_supported(3, 2, 1, 256));
+  EXPECT_TRUE(conv2d_one_channel_then_depthwise_supported(3, 2, 1, 8));
+  EXPECT_FALSE(conv2d_one_channel_then_depthwise_supported(5, 2, 2, 256));
+  EXPECT_FALSE(conv2d_one_channel_then_depthwise_supported(3, 1, 1, 256));
+  EXPECT_FALSE(conv2d_one_channel_then_depthwise_supported(3, 2, 0, 256));
+  EXPECT_FALSE(conv2d_one_channel_then_depthwise_supported(3, 2, 1, 12));
+  EXPECT_FALSE(conv2d_one_channel_then_depthwise_supported(3, 2, 1, 0));
+}
+
+// The fused kernel against conv2d_one_channel (ReLU) and depthwise_conv2d run back to back, which
+// the tests above check against references: both round the intermediate image to the element
+// type and sum the same products in the same order, so they should agree to the bit; the bound
+// is that of one rounding. Widths: 80 and 128 mels (FastConformer's: 20 and 32 output columns,
+// one column tile) and 257 (65 columns: two full tiles and one of a single column). 77 rows give
+// an odd intermediate height (39), whose last output row reads a row past it, and three row tiles,
+// the last partial. Heights: the padded batch's rows past every utterance's frames hold values
+// that must be masked, one utterance ends inside the second row tile, one is odd and one or four
+// frames long. 256 channels are whole groups of channels; 40 leave a partial last group.
+TEST(ParakeetKernelsCuda, Conv2dOneChannelThenDepthwiseMatchesTheTwoKernels) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int kernel = 3, stride = 2, padding = 1;
+  const int64_t height = 77;
+  const std::vector<int32_t> heights = {75, 61, 33, 4, 1};
+  const int batch = static_cast<int>(heights.size());
+  std::vector<int32_t> middle_heights, out_heights;
+  for (int32_t rows : heights) {
+    middle_heights.push_back(static_cast<int32_t>(conv_output(rows, kernel, stride, padding)));
+    out_heights.push_back(
+        static_cast<int32_t>(conv_output(middle_heights.back(), kernel, stride, padding)));
+  }
+  const Buffer heights_dev = upload_ints(heights), middle_heights_dev = upload_ints(middle_heights);
+  const int64_t middle_height = conv_output(height, kernel, stride, padding);
+  const int64_t out_height = conv_output(middle_height, kernel, stride, padding);
+  for (const int64_t width : {int64_t{80}, int64_t{128}, int64_t{257}}) {
+    const int64_t middle_width = conv_output(width, kernel, stride, padding);
+    const int64_t out_width = conv_output(middle_width, kernel, stride, padding);
+    for (const int64_t channels : {int64_t{256}, int64_t{40}}) {
+      for (Element e : kElements) {
+        const std::string name = std::string(element_name(e)) + " width " + std::to_string(width) +
+                                 " channels " + std::to_string(channels);
+        const DeviceValues x = upload_values(e, random_values(batch * height * width, 21));
+        const DepthwiseWeights conv_w = depthwise_weights(e, channels, kernel * kernel, 22);
+        const DeviceValues conv_bias = upload_values(e, random_values(channels, 23));
+        const DepthwiseWeights depthwise_w = depthwise_weights(e, channels, kernel * kernel, 24);
+        const DeviceValues depthwise_bias = upload_values(e, random_values(channels, 25));
+        const size_t outputs = batch * out_height * out_width * channels;
+        const DeviceValues middle = nan_values(e, batch * middle_height * middle_width * channels);
+        const DeviceValues two_kernels = nan_values(e, outputs), fused = nan_values(e, outputs);
+        conv2d_one_channel(e, x.data(), batch, height, width, heights_dev.as<int32_t>(),
+                           conv_w.device.data(), conv_bias.data(), channels, kernel, stride,
+                           padding, /*relu=*/true, middle.data(), nullptr);
+        depthwise_conv2d(e, middle.data(), batch, middle_height, middle_width, channels,
+                         middle_heights_dev.as<int32_t>(), depthwise_w.device.data(),
+                         depthwise_bias.data(), kernel, stride, padding, two_kernels.data(),
+                         nullptr);
+        conv2d_one_channel_then_depthwise(
+            e, x.data(), batch, height, width, heights_dev.as<int32_t>(),
+            middle_heights_dev.as<int32_t>(), conv_w.device.data(), conv_bias.data(), channels,
+            depthwise_w.device.data(), depthwise_bias.data(), kernel, stride, padding, fused.data(),
+            nullptr);
+        const std::vector<float> want = download_values(e, two_kernels.data(), outputs);
+        const std::vector<float> got = download_values(e, fused.data(), outputs);
+        // Rows of each utterance's own outputs, and the padding rows after them (which the
+        // two-kernel path computes too, from the utterance's last rows and zeros).
+        std::vector<float> got_valid, got_padding;
+        std::vector<double> want_valid, want_padding;
+        const int64_t row_values = out_width * channels;
+        for (int b = 0; b < batch; ++b) {
+          for (int64_t t = 0; t < out_height; ++t) {
+            const bool valid = t < out_heights[b];
+            const int64_t first = (b * out_height + t) * row_values;
+            for (int64_t i = first; i < first + row_values; ++i) {
+              (valid ? got_valid : got_padding).push_back(got[i]);
+              (valid ? want_valid : want_padding).push_back(want[i]);
+            }
+          }
+        }
+        ASSERT_FALSE(want_padding.empty());
+        expect_close(got_valid, want_valid, tolerance(e),
+                     "conv2d_one_channel_then_depthwise " + name);
+        expect_close(got_padding, want_padding, tolerance(e),
+                     "conv2d_one_channel_then_depthwise padding rows " + name);
+      }
+    }
+  }
+}
+
 // ---- Elementwise ------------------------------------------------------------------------------
 
 TEST(ParakeetKernelsCuda, ReluSiluScale) {
@@ -253,6 +344,17 @@ TEST(ParakeetKernelsCuda, ReluSiluScale) {
   }
 }
 
+// Where each sequence's rows start when a batch of these lengths is packed.
+std::vector<int32_t> packed_starts(const std::vector<int32_t>& lengths) {
+  std::vector<int32_t> starts;
+  int32_t rows = 0;
+  for (int32_t length : lengths) {
+    starts.push_back(rows);
+    rows += length;
+  }
+  return starts;
+}
+
 // ---- The conv module's GLU and depthwise 1-D convolution -------------------------------------
 
 TEST(ParakeetKernelsCuda, GluDepthwiseConv1dTreatsStepsPastTheLengthAsZeros) {
@@ -278,7 +380,8 @@ TEST(ParakeetKernelsCuda, GluDepthwiseConv1dTreatsStepsPastTheLengthAsZeros) {
           const DeviceValues bias = upload_values(e, random_values(channels, 12));
           const DeviceValues y = nan_values(e, batch * steps * channels);
           glu_depthwise_conv1d(e, x.data(), batch, steps, channels, lengths_dev.as<int32_t>(),
-                               w.device.data(), bias.data(), kernel, with_silu, y.data(), nullptr);
+                               nullptr, w.device.data(), bias.data(), kernel, with_silu, y.data(),
+                               nullptr);
           std::vector<double> want;
           for (int b = 0; b < batch; ++b) {
             for (int64_t t = 0; t < steps; ++t) {
@@ -303,6 +406,102 @@ TEST(ParakeetKernelsCuda, GluDepthwiseConv1dTreatsStepsPastTheLengthAsZeros) {
                            (with_silu ? " silu" : ""));
         }
       }
+    }
+  }
+}
+
+// Packed, the conv module computes for each sequence's valid steps what the padded batch does,
+// from rows back to back, and writes nothing past them.
+TEST(ParakeetKernelsCuda, GluDepthwiseConv1dPackedEqualsPadded) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t steps = 150, channels = 136, guard = 2;
+  const std::vector<int32_t> lengths = {70, 150, 5, 1, 0, 33};
+  const int batch = static_cast<int>(lengths.size());
+  const std::vector<int32_t> starts = packed_starts(lengths);
+  const int64_t rows = starts.back() + lengths.back();
+  const Buffer lengths_dev = upload_ints(lengths), starts_dev = upload_ints(starts);
+  for (const int kernel : {9, 5}) {
+    for (Element e : kElements) {
+      const DeviceValues padded_x =
+          upload_values(e, random_values(batch * steps * 2 * channels, 20, 0.0f, 2.0f));
+      std::vector<float> packed_values;
+      for (int b = 0; b < batch; ++b) {
+        const auto first = padded_x.values.begin() + b * steps * 2 * channels;
+        packed_values.insert(packed_values.end(), first, first + lengths[b] * 2 * channels);
+      }
+      const DeviceValues packed_x = upload_values(e, packed_values);
+      const DepthwiseWeights w = depthwise_weights(e, channels, kernel, 21);
+      const DeviceValues bias = upload_values(e, random_values(channels, 22));
+      const DeviceValues padded_y = nan_values(e, batch * steps * channels);
+      const DeviceValues packed_y = nan_values(e, (rows + guard) * channels);
+      glu_depthwise_conv1d(e, padded_x.data(), batch, steps, channels, lengths_dev.as<int32_t>(),
+                           nullptr, w.device.data(), bias.data(), kernel, true, padded_y.data(),
+                           nullptr);
+      glu_depthwise_conv1d(e, packed_x.data(), batch, steps, channels, lengths_dev.as<int32_t>(),
+                           starts_dev.as<int32_t>(), w.device.data(), bias.data(), kernel, true,
+                           packed_y.data(), nullptr);
+      const std::vector<float> padded =
+          download_values(e, padded_y.data(), batch * steps * channels);
+      const std::vector<float> packed =
+          download_values(e, packed_y.data(), (rows + guard) * channels);
+      const std::string what = std::string("packed glu_depthwise_conv1d ") + element_name(e) +
+                               " kernel " + std::to_string(kernel);
+      for (int b = 0; b < batch; ++b) {
+        for (int64_t i = 0; i < lengths[b] * channels; ++i) {
+          // The same values through the same arithmetic: equal.
+          ASSERT_EQ(packed[starts[b] * channels + i], padded[b * steps * channels + i])
+              << what << ", sequence " << b;
+        }
+      }
+      for (int64_t i = rows * channels; i < (rows + guard) * channels; ++i) {
+        ASSERT_TRUE(std::isnan(packed[i])) << what << ": a row past the batch was written";
+      }
+    }
+  }
+}
+
+// Packing a padded batch and unpacking it again gives its valid rows back; the other rows of each
+// target keep what they held.
+TEST(ParakeetKernelsCuda, CopySequenceRowsPacksAndUnpacks) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const int64_t steps = 37;
+  const std::vector<int32_t> lengths = {37, 0, 20, 1, 17};
+  const int batch = static_cast<int>(lengths.size());
+  const std::vector<int32_t> starts = packed_starts(lengths);
+  const int64_t rows = starts.back() + lengths.back();
+  const Buffer lengths_dev = upload_ints(lengths), starts_dev = upload_ints(starts);
+  // 48-byte rows go in 16-byte units, 6-byte rows byte by byte.
+  for (const int64_t row_bytes : {int64_t{48}, int64_t{6}}) {
+    std::vector<uint8_t> padded(batch * steps * row_bytes);
+    for (size_t i = 0; i < padded.size(); ++i) padded[i] = static_cast<uint8_t>(i * 7 + 1);
+    const Buffer padded_dev = upload_vector(padded);
+    const Buffer packed_dev = upload_vector(std::vector<uint8_t>((rows + 1) * row_bytes, 0xAB));
+    copy_sequence_rows(padded_dev.data(), nullptr, steps, packed_dev.data(),
+                       starts_dev.as<int32_t>(), 0, lengths_dev.as<int32_t>(), batch, steps,
+                       row_bytes, nullptr);
+    const Buffer unpacked_dev = upload_vector(std::vector<uint8_t>(padded.size(), 0xCD));
+    copy_sequence_rows(packed_dev.data(), starts_dev.as<int32_t>(), 0, unpacked_dev.data(), nullptr,
+                       steps, lengths_dev.as<int32_t>(), batch, steps, row_bytes, nullptr);
+    std::vector<uint8_t> packed((rows + 1) * row_bytes), unpacked(padded.size());
+    download(packed_dev.data(), packed.size(), packed.data());
+    download(unpacked_dev.data(), unpacked.size(), unpacked.data());
+    for (int b = 0; b < batch; ++b) {
+      for (int64_t t = 0; t < steps; ++t) {
+        for (int64_t byte = 0; byte < row_bytes; ++byte) {
+          const size_t at = (b * steps + t) * row_bytes + byte;
+          if (t < lengths[b]) {
+            ASSERT_EQ(packed[(starts[b] + t) * row_bytes + byte], padded[at]) << b << ", " << t;
+            ASSERT_EQ(unpacked[at], padded[at]) << b << ", " << t;
+          } else {
+            ASSERT_EQ(unpacked[at], 0xCD) << "padding row " << t << " of " << b << " was written";
+          }
+        }
+      }
+    }
+    for (int64_t byte = 0; byte < row_bytes; ++byte) {
+      ASSERT_EQ(packed[rows * row_bytes + byte], 0xAB) << "a row past the packed batch was written";
     }
   }
 }
@@ -361,11 +560,21 @@ std::vector<double> rel_attention_reference(const AttentionCase& c, const std::v
 // reading them shifted), its heads in one group or one at a time.
 enum class Route { kernel, pass_all_heads, pass_one_head_at_a_time };
 
-void check_rel_attention(const AttentionCase& c, Route route = Route::kernel) {
+// Packed (starts): the valid rows of q, k, v alone, back to back, and the output likewise, with
+// guard rows after it that must stay unwritten; compared row for row with the padded reference.
+void check_rel_attention(const AttentionCase& c, Route route = Route::kernel, bool packed = false) {
   const int64_t width = int64_t{c.heads} * c.head_dim;
   const int batch = static_cast<int>(c.lengths.size());
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   const Buffer lengths = upload_ints(c.lengths);
+  const std::vector<int32_t> starts = packed_starts(c.lengths);
+  const int64_t packed_rows = starts.back() + c.lengths.back();
+  const Buffer starts_dev = upload_ints(starts);
+  const int32_t* starts_arg = packed ? starts_dev.as<int32_t>() : nullptr;
+  const int64_t rows = packed ? packed_rows : batch * c.steps;
+  constexpr int64_t kGuardRows = 3;
+  // Padded row (b, i) of a valid step -> its row in the tensors the kernels get.
+  auto row_of = [&](int64_t b, int64_t i) { return packed ? starts[b] + i : b * c.steps + i; };
   const std::vector<Element> elements =
       route == Route::kernel ? std::vector<Element>(std::begin(kElements), std::end(kElements))
                              : std::vector<Element>{Element::f16, Element::bf16};
@@ -374,13 +583,24 @@ void check_rel_attention(const AttentionCase& c, Route route = Route::kernel) {
                              std::to_string(c.steps) + " head_dim " + std::to_string(c.head_dim) +
                              " route " + std::to_string(static_cast<int>(route));
     const uint32_t seed = route == Route::kernel ? 13 : 17;
-    const DeviceValues qkv = upload_values(e, random_values(batch * c.steps * 3 * width, seed));
+    const DeviceValues padded_qkv =
+        upload_values(e, random_values(batch * c.steps * 3 * width, seed));
+    std::vector<float> packed_values;
+    for (int b = 0; b < batch; ++b) {
+      const auto first = padded_qkv.values.begin() + b * c.steps * 3 * width;
+      packed_values.insert(packed_values.end(), first, first + c.lengths[b] * 3 * width);
+    }
+    // The values are already those of the element type: packed, the device holds the same.
+    const DeviceValues packed_qkv =
+        upload_values(e, packed ? packed_values : std::vector<float>{0});
+    const DeviceValues& qkv = packed ? packed_qkv : padded_qkv;
     const DeviceValues p = upload_values(e, random_values((2 * c.steps - 1) * width, seed + 1));
     const DeviceValues u = upload_values(e, random_values(width, seed + 2, 0.0f, 0.3f));
     const DeviceValues v = upload_values(e, random_values(width, seed + 3, 0.0f, 0.3f));
     // Filled with NaN, so that a row left unwritten (padding rows must be zeros) shows.
     const DeviceValues out = upload_values(
-        e, std::vector<float>(batch * c.steps * width, std::numeric_limits<float>::quiet_NaN()));
+        e,
+        std::vector<float>((rows + kGuardRows) * width, std::numeric_limits<float>::quiet_NaN()));
     const auto* base = static_cast<uint8_t*>(qkv.data());
     const size_t column = element_size(e);
     // Outputs are weighted means of values of about 1: an absolute bound, from the rounding of
@@ -390,26 +610,41 @@ void check_rel_attention(const AttentionCase& c, Route route = Route::kernel) {
     double tol = e == Element::f32 ? 2e-5 : 4 * rounding(e);
     if (route == Route::kernel) {
       rel_pos_attention(e, base, base + width * column, base + 2 * width * column, 3 * width,
-                        p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch, c.steps,
-                        c.heads, c.head_dim, scale, out.data(), width, nullptr);
+                        p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), starts_arg,
+                        batch, c.steps, c.heads, c.head_dim, scale, out.data(), width, nullptr);
     } else {
       ASSERT_TRUE(padded_attention_runs(e, c.head_dim));
       Pass pass(e, nullptr);
       if (route == Route::pass_one_head_at_a_time) pass.limit_relative_scores(1);
       pass.rel_pos_attention(base, base + width * column, base + 2 * width * column, 3 * width,
-                             p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), batch,
-                             c.steps, c.heads, c.head_dim, scale, out.data(), width);
+                             p.data(), width, u.data(), v.data(), lengths.as<int32_t>(), starts_arg,
+                             rows, batch, c.steps, c.heads, c.head_dim, scale, out.data(), width);
       tol = 8 * rounding(e);
     }
     const std::vector<double> want =
-        rel_attention_reference(c, qkv.values, p.values, u.values, v.values, scale);
-    expect_close(download_values(e, out.data(), want.size()), want, tol, what);
+        rel_attention_reference(c, padded_qkv.values, p.values, u.values, v.values, scale);
+    const std::vector<float> got = download_values(e, out.data(), (rows + kGuardRows) * width);
+    // In the reference's padded order: packed, the padding rows (zeros there) have no row here.
+    std::vector<float> got_padded(want.size(), 0.0f);
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t valid = packed ? c.lengths[b] : c.steps;
+      for (int64_t i = 0; i < valid; ++i) {
+        std::copy_n(got.begin() + row_of(b, i) * width, width,
+                    got_padded.begin() + (b * c.steps + i) * width);
+      }
+    }
+    expect_close(got_padded, want, tol, what + (packed ? " packed" : ""));
+    for (int64_t i = rows * width; i < (rows + kGuardRows) * width; ++i) {
+      ASSERT_TRUE(std::isnan(got[i])) << what << ": a row past the batch was written";
+    }
   }
 }
 
 void check_tensor_core_rel_attention(const AttentionCase& c) {
   check_rel_attention(c, Route::pass_all_heads);
   check_rel_attention(c, Route::pass_one_head_at_a_time);
+  check_rel_attention(c, Route::pass_all_heads, /*packed=*/true);
+  check_rel_attention(c, Route::pass_one_head_at_a_time, /*packed=*/true);
 }
 
 TEST(ParakeetKernelsCuda, RelPosAttentionOddHeadSizeSeveralTiles) {
@@ -418,12 +653,14 @@ TEST(ParakeetKernelsCuda, RelPosAttentionOddHeadSizeSeveralTiles) {
   // 37 steps: two query tiles and two key tiles, the second of each nearly empty; a sequence
   // that ends inside the first tile and one of a single step.
   check_rel_attention({37, 3, 20, {37, 33, 1}});
+  check_rel_attention({37, 3, 20, {37, 33, 1}}, Route::kernel, /*packed=*/true);
 }
 
 TEST(ParakeetKernelsCuda, RelPosAttentionHeadDim128) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   check_rel_attention({70, 2, 128, {70, 64, 31}});
+  check_rel_attention({70, 2, 128, {31, 70, 64}}, Route::kernel, /*packed=*/true);
 }
 
 TEST(ParakeetKernelsCuda, RelPosAttentionTinyHeads) {

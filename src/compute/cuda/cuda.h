@@ -25,4 +25,10 @@ std::string profile_report();
 // Empties that table (after a warm-up, whose first calls set things up).
 void reset_profile();
 
+// Bracket the work that an external profiler started with collection off measures (Nsight
+// Compute's --profile-from-start off): `hark bench` brackets its last timed runs. Without such a
+// profiler, or without CUDA, they do nothing.
+void profiler_start();
+void profiler_stop();
+
 }  // namespace hark::compute::cuda

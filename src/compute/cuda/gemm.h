@@ -1,7 +1,9 @@
 // Matrix products through cuBLASLt: y = x · Wᵀ (+ bias) (+ residual), row-major, the layout of
 // every linear layer. Descriptors and the chosen algorithm are cached per shape, so repeated calls
 // (every layer of every step) cost one cublasLtMatmul each, and calls can be captured into a
-// CUDA Graph.
+// CUDA Graph. Products of many rows time cuBLASLt's candidates on first use and keep the fastest;
+// a later shape with about as many rows (batches of files of other lengths) starts from that
+// choice instead of timing again.
 #pragma once
 
 #include <cublasLt.h>
@@ -52,6 +54,9 @@ class Gemm {
                         y.batch, count);
     }
     bool operator<(const Shape& other) const { return key() < other.key(); }
+    // The shapes that share a tuned algorithm: rows rounded up to a quarter octave, the batch's
+    // strides (which follow the rows) left out.
+    Shape tuning_class() const;
   };
   Plan& plan(const Shape& shape);
   // Times the plan's candidates on these inputs, once, and keeps the fastest (gemm_cuda.cpp).
@@ -61,6 +66,9 @@ class Gemm {
   cublasLtHandle_t handle_ = nullptr;
   Buffer workspace_;
   std::map<Shape, Plan*> plans_;
+  // Per tuning class, the plan whose tuned algorithm later shapes of the class start from: an
+  // encoder's batches of new lengths (every batch of a folder of files) then tune nothing.
+  std::map<Shape, const Plan*> tuned_;
 };
 
 }  // namespace hark::compute::cuda

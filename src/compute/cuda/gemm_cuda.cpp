@@ -1,5 +1,6 @@
 #include "compute/cuda/gemm.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -61,6 +62,7 @@ struct Gemm::Plan {
   // The heuristic's candidates, best guess first, until tune() has timed them.
   std::vector<cublasLtMatmulAlgo_t> candidates;
   size_t output_bytes = 0;  // of D, for tune()'s scratch output
+  Shape tuning_class;       // where tune() files its choice
 
   ~Plan() {
     if (op) cublasLtMatmulDescDestroy(op);
@@ -77,6 +79,17 @@ Gemm::Gemm() : workspace_(kWorkspaceBytes) {
 Gemm::~Gemm() {
   for (auto& [key, plan] : plans_) delete plan;
   if (handle_) cublasLtDestroy(handle_);
+}
+
+Gemm::Shape Gemm::Shape::tuning_class() const {
+  // The fastest algorithm changes slowly with the rows: 16,000 rows and 15,000 pick alike.
+  Shape shape = *this;
+  int64_t octave = 1;
+  while (octave * 2 <= m) octave *= 2;
+  const int64_t step = std::max<int64_t>(octave / 4, 1);
+  shape.m = (m + step - 1) / step * step;
+  shape.x.batch = shape.w.batch = shape.y.batch = 0;
+  return shape;
 }
 
 Gemm::Plan& Gemm::plan(const Shape& shape) {
@@ -136,6 +149,19 @@ Gemm::Plan& Gemm::plan(const Shape& shape) {
          " bias, ", with_residual, " residual)");
   }
   plan->algo = results[0].algo;
+  plan->tuning_class = shape.tuning_class();
+  // A shape of a class tuned before takes that choice, if it can run this shape.
+  if (found > 1) {
+    if (auto known = tuned_.find(plan->tuning_class); known != tuned_.end()) {
+      cublasLtMatmulHeuristicResult_t check{};
+      if (cublasLtMatmulAlgoCheck(handle_, plan->op, plan->a, plan->b, plan->c, plan->d,
+                                  &known->second->algo, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= kWorkspaceBytes) {
+        plan->algo = known->second->algo;
+        return *plan;
+      }
+    }
+  }
   if (found > 1) {
     for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
     plan->output_bytes = static_cast<size_t>(element_size(out)) *
@@ -196,6 +222,7 @@ void Gemm::tune(Plan& p, const void* x, const void* w, void* y, bool y_is_input,
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   p.candidates.clear();
+  if (timed) tuned_.emplace(p.tuning_class, &p);
 }
 
 void Gemm::linear(Element in, const void* x, int64_t m, int64_t k, const void* w, int64_t n,

@@ -99,16 +99,20 @@ struct RelativeScores {
 
 // `attention` without causality over a padded batch, on the tensor cores: sequence b has
 // lengths[b] valid steps of the q_len (= kv_len) padded ones; its queries see its first
-// lengths[b] keys, and its rows at or past lengths[b] are written as zeros. With `relative`, its
-// scores are added to q·k (both then scaled). For what padded_attention_runs accepts (16-bit
+// lengths[b] keys, and its rows at or past lengths[b] are written as zeros. Packed instead, with
+// `starts` (a device array; needs lengths): sequence b's rows begin at row starts[b] of q, k, v,
+// out and the relative scores (batch strides unused), and only its lengths[b] rows exist and are
+// written; steps is the longest length. With `relative`, its scores are added to q·k (both then
+// scaled). For what padded_attention_runs accepts (16-bit
 // elements, head_dim 64 or 128); its pointers must be 16-byte aligned and its strides multiples
 // of 8 elements, or it fails.
 bool padded_attention_runs(Element e, int head_dim);
 void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
                       const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
                       void* out, int64_t out_row_stride, int64_t out_batch_stride,
-                      const int32_t* lengths, const RelativeScores* relative, int batch, int heads,
-                      int head_dim, int64_t steps, float scale, cudaStream_t stream);
+                      const int32_t* lengths, const int32_t* starts, const RelativeScores* relative,
+                      int batch, int heads, int head_dim, int64_t steps, float scale,
+                      cudaStream_t stream);
 
 // One query per sequence (a decode step): q [batch, heads · head_dim] (row stride q_stride),
 // keys/values of sequence b at k/v + b · kv_batch_stride, one row per position kv_row_stride

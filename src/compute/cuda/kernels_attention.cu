@@ -235,8 +235,8 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
                            const T* __restrict__ k, const T* __restrict__ v, int64_t kv_row_stride,
                            int64_t kv_batch_stride, T* __restrict__ out, int64_t out_row_stride,
                            int64_t out_batch_stride, int q_len, int kv_len,
-                           const int32_t* __restrict__ lengths, RelativeRows<T> relative,
-                           float scale_log2, bool causal) {
+                           const int32_t* __restrict__ lengths, const int32_t* __restrict__ starts,
+                           RelativeRows<T> relative, float scale_log2, bool causal) {
   using Shape = FlashShape<kHeadDim>;
   constexpr int kRowBlocks = Shape::kRowBlocks;
   constexpr int kThreads = Shape::kThreads;
@@ -255,17 +255,22 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
 
   const int first_query = blockIdx.x * kFlashRows;
   const int head = blockIdx.y, sequence = blockIdx.z;
-  q += sequence * q_batch_stride + head * kHeadDim;
-  k += sequence * kv_batch_stride + head * kHeadDim;
-  v += sequence * kv_batch_stride + head * kHeadDim;
-  out += sequence * out_batch_stride + head * kHeadDim;
+  // Packed (starts): the sequence's rows begin at starts[sequence] in every tensor, and there are
+  // only its valid ones: a tile past them has nothing to do (the whole block returns at once).
+  if (starts != nullptr && first_query >= min(q_len, static_cast<int>(lengths[sequence]))) return;
+  const int64_t first_row = starts != nullptr ? starts[sequence] : 0;
+  const int64_t batch_offset = starts != nullptr ? 0 : sequence;
+  q += batch_offset * q_batch_stride + first_row * q_row_stride + head * kHeadDim;
+  k += batch_offset * kv_batch_stride + first_row * kv_row_stride + head * kHeadDim;
+  v += batch_offset * kv_batch_stride + first_row * kv_row_stride + head * kHeadDim;
+  out += batch_offset * out_batch_stride + first_row * out_row_stride + head * kHeadDim;
   const T* relative_rows = nullptr;
   if constexpr (kRelative) {
-    relative_rows =
-        relative.scores + sequence * relative.batch_stride + head * relative.head_stride;
+    relative_rows = relative.scores + batch_offset * relative.batch_stride +
+                    first_row * relative.row_stride + head * relative.head_stride;
   }
-  // The rows that hold this sequence (the rest of q_len is padding, written as zeros).
-  const int rows = q_len;
+  // The rows that hold this sequence (padded, the rest of q_len is padding, written as zeros).
+  const int rows = starts != nullptr ? min(q_len, static_cast<int>(lengths[sequence])) : q_len;
   if (lengths != nullptr) {
     q_len = min(q_len, static_cast<int>(lengths[sequence]));
     kv_len = min(kv_len, static_cast<int>(lengths[sequence]));
@@ -945,6 +950,7 @@ struct AttentionArguments {
   float scale;
   bool causal;
   const int32_t* lengths = nullptr;          // padded_attention's
+  const int32_t* starts = nullptr;           // padded_attention's, packed
   const RelativeScores* relative = nullptr;  // padded_attention's
 };
 
@@ -991,7 +997,7 @@ void launch_flash_kernel(const AttentionArguments& a, cudaStream_t stream) {
   flash_attention_kernel<T, kHeadDim, kRelative><<<grid, Shape::kThreads, shared_bytes, stream>>>(
       static_cast<const T*>(a.q), a.q_row_stride, a.q_batch_stride, static_cast<const T*>(a.k),
       static_cast<const T*>(a.v), a.kv_row_stride, a.kv_batch_stride, static_cast<T*>(a.out),
-      a.out_row_stride, a.out_batch_stride, a.q_len, a.kv_len, a.lengths, relative,
+      a.out_row_stride, a.out_batch_stride, a.q_len, a.kv_len, a.lengths, a.starts, relative,
       a.scale * kLog2e, a.causal);
   check_launch("flash attention");
 }
@@ -1136,13 +1142,15 @@ bool padded_attention_runs(Element e, int head_dim) {
 void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
                       const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
                       void* out, int64_t out_row_stride, int64_t out_batch_stride,
-                      const int32_t* lengths, const RelativeScores* relative, int batch, int heads,
-                      int head_dim, int64_t steps, float scale, cudaStream_t stream) {
+                      const int32_t* lengths, const int32_t* starts, const RelativeScores* relative,
+                      int batch, int heads, int head_dim, int64_t steps, float scale,
+                      cudaStream_t stream) {
   if (batch <= 0 || heads <= 0 || steps <= 0) return;
   AttentionArguments a = attention_arguments(
       q, q_row_stride, q_batch_stride, k, v, kv_row_stride, kv_batch_stride, out, out_row_stride,
       out_batch_stride, batch, heads, head_dim, steps, steps, scale, /*causal=*/false);
   a.lengths = lengths;
+  a.starts = lengths != nullptr ? starts : nullptr;
   a.relative = relative;
   if (!padded_attention_runs(e, head_dim) || !(scale > 0.0f) || !flash_aligned(a) ||
       (relative != nullptr &&

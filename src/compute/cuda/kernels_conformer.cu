@@ -206,6 +206,284 @@ void launch_conv2d_tiles(const void* x, int batch, int64_t height, int64_t width
   }
 }
 
+// ---- The first convolution and the second stage's depthwise convolution, fused ---------------
+//
+// The first subsampling image s1 (conv2d_one_channel with ReLU: C channels at half the features'
+// resolution) is the largest tensor of the encoder: written by one kernel and read back by the
+// next, it costs more memory traffic than the rest of the subsampling together. Here a block
+// computes the region of s1 that its tile of second-stage outputs reads into shared memory, then
+// the depthwise convolution from there: s1 never leaves the chip. Kernel 3, stride 2, padding 1
+// (every FastConformer) only, with the sizes below fixed at compile time.
+//
+// A block: one image, up to kFusedTileRows × kFusedTileCols outputs (whole rows for 128 mels
+// and for 80, whose outputs are 32 and 20 columns wide) and one group of kFusedGroupPacks packs
+// of N channels (16 bytes each). Threads along x take the group's packs, threads along y
+// (kFusedPixelLanes) the pixels, in three phases:
+//   1. the patch of x under the tile, 2 · (2 · rows + 1) + 1 rows × 2 · (2 · cols + 1) + 1
+//      columns, into shared memory as F32, with zeros outside the image and at rows past
+//      heights[b] (as conv2d_one_channel reads them), a warp per patch row so that loads are
+//      contiguous and no index is divided; each thread's loads all in flight at once;
+//   2. the region of s1, (2 · rows + 1) × (2 · cols + 1) pixels of the group's channels, each
+//      computed once: ReLU(bias + Σ taps · patch) rounded to T, exactly as conv2d_one_channel
+//      stores it, and zeros outside s1 and at rows past middle_heights[b] (what depthwise_conv2d
+//      reads there);
+//   3. the outputs from that region, written as whole packs, a pixel's group contiguous.
+// Both sums take their taps in the same order as the unfused kernels, so the results are the
+// same bits. A thread holds one stage's taps in registers at a time (9 · N values).
+//
+// Shared memory holds s1's even columns, then its odd ones ([rows][cols + 1] and [rows][cols]
+// pixels of kFusedGroupPacks packs): output column f reads columns 2f, 2f + 1, 2f + 2, that is
+// pixel f of the odd plane and pixels f, f + 1 of the even one, so the lanes of a warp, on
+// consecutive output columns, read consecutive 16-byte words (no bank conflicts). Phase 2 walks
+// each row's even columns, then its odd ones, so that its stores are consecutive words too, and
+// its patch reads, 4 columns apart from lane to lane, fall in distinct banks.
+//
+// Rows of outputs per tile trade recomputation (a tile's s1 region overlaps the next one by a row:
+// 17 rows for 16) against shared memory: 87 KB at 8 rows × 32 columns, and registers (the taps)
+// allow two blocks of 256 threads per SM anyway.
+constexpr int kFusedTileRows = 8;
+constexpr int kFusedTileCols = 32;
+constexpr int kFusedGroupPacks = 4;
+constexpr int kFusedPixelLanes = kThreads / kFusedGroupPacks;
+constexpr int kFusedTaps = 9;
+
+// The s1 rows or columns a tile of `outputs` second-stage rows or columns reads, and the x rows
+// or columns those read (stride 2, kernel 3).
+__host__ __device__ constexpr int fused_middle_size(int outputs) {
+  return 2 * outputs + 1;
+}
+__host__ __device__ constexpr int fused_patch_size(int outputs) {
+  return 2 * fused_middle_size(outputs) + 1;
+}
+
+// The shared memory of a tile: the s1 region (16-byte packs), then the patch (F32).
+constexpr int64_t fused_shared_bytes(int rows, int cols) {
+  return int64_t{fused_middle_size(rows)} * fused_middle_size(cols) * kFusedGroupPacks * 16 +
+         int64_t{fused_patch_size(rows)} * fused_patch_size(cols) * int64_t{sizeof(float)};
+}
+
+// A 16-byte pack of kWidePack<T> values rounded to T (to nearest even, as from_float), as the
+// raw word of one 16-byte store. store_pack builds 16-bit packs from single values and compiles
+// to four 4-byte stores; here pairs convert in one instruction each, straight into the word.
+template <class T>
+__device__ __forceinline__ uint4 wide_pack(const float (&in)[kWidePack<T>]) {
+  uint32_t words[4];
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if constexpr (std::is_same_v<T, float>) {
+      words[k] = __float_as_uint(in[k]);
+    } else if constexpr (std::is_same_v<T, __half>) {
+      const __half2 pair = __floats2half2_rn(in[2 * k], in[2 * k + 1]);
+      memcpy(&words[k], &pair, sizeof pair);
+    } else {
+      const __nv_bfloat162 pair = __floats2bfloat162_rn(in[2 * k], in[2 * k + 1]);
+      memcpy(&words[k], &pair, sizeof pair);
+    }
+  }
+  return make_uint4(words[0], words[1], words[2], words[3]);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads, 2)
+    conv2d_one_channel_then_depthwise_kernel(const T* x, int64_t height, int64_t width,
+                                             const int32_t* heights, const int32_t* middle_heights,
+                                             int64_t middle_height, int64_t middle_width,
+                                             int64_t channels, const T* conv_w, const T* conv_bias,
+                                             const T* depthwise_w, const T* depthwise_bias,
+                                             int64_t out_height, int64_t out_width,
+                                             int64_t row_tiles, int64_t groups, int tile_rows,
+                                             int tile_cols, T* y) {
+  constexpr int N = kWidePack<T>;
+  constexpr int kGroupChannels = kFusedGroupPacks * N;
+  extern __shared__ __align__(16) unsigned char fused_shared[];
+  const int64_t group = blockIdx.x % groups;
+  const int64_t tile = blockIdx.x / groups;
+  const int64_t b = tile / row_tiles;
+  const int64_t first_row = (tile - b * row_tiles) * tile_rows;
+  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * tile_cols;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(tile_rows), out_height - first_row));
+  const int cols = static_cast<int>(min(static_cast<int64_t>(tile_cols), out_width - first_col));
+  const int middle_rows = fused_middle_size(rows), middle_cols = fused_middle_size(cols);
+  const int patch_rows = fused_patch_size(rows), patch_cols = fused_patch_size(cols);
+  // The s1 pixel under tap (0, 0) of the tile's first output, and the x pixel under tap (0, 0)
+  // of that s1 pixel.
+  const int64_t middle_top = 2 * first_row - 1, middle_left = 2 * first_col - 1;
+  const int64_t patch_top = 2 * middle_top - 1, patch_left = 2 * middle_left - 1;
+  T* middle = reinterpret_cast<T*>(fused_shared);
+  float* patch = reinterpret_cast<float*>(fused_shared + int64_t{middle_rows} * middle_cols *
+                                                             kGroupChannels * sizeof(T));
+  // Pixel slots of the s1 region: even columns first (cols + 1 of them per row), then odd ones.
+  const int even_cols = cols + 1;
+  const int odd_plane = middle_rows * even_cols;
+
+  // Phase 1: the patch.
+  {
+    constexpr int kWarps = kThreads / 32;
+    constexpr int kRowsPerWarp = ceil_div(fused_patch_size(kFusedTileRows), kWarps);
+    constexpr int kColsPerLane = ceil_div(fused_patch_size(kFusedTileCols), 32);
+    const int thread = threadIdx.y * blockDim.x + threadIdx.x;
+    const int warp = thread / 32, lane = thread % 32;
+    const int64_t valid_rows = min(static_cast<int64_t>(heights[b]), height);
+    const T* image = x + b * height * width;
+    float values[kRowsPerWarp][kColsPerLane];
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+#pragma unroll
+      for (int m = 0; m < kColsPerLane; ++m) {
+        const int patch_row = warp + k * kWarps, patch_col = lane + m * 32;
+        const int64_t row = patch_top + patch_row, col = patch_left + patch_col;
+        const bool inside = patch_row < patch_rows && patch_col < patch_cols && row >= 0 &&
+                            row < valid_rows && col >= 0 && col < width;
+        values[k][m] = inside ? to_float(image[row * width + col]) : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRowsPerWarp; ++k) {
+#pragma unroll
+      for (int m = 0; m < kColsPerLane; ++m) {
+        const int patch_row = warp + k * kWarps, patch_col = lane + m * 32;
+        if (patch_row < patch_rows && patch_col < patch_cols) {
+          patch[patch_row * patch_cols + patch_col] = values[k][m];
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // Threads past the last channel (a partial last group) sit phases 2 and 3 out; there is no
+  // barrier after phase 3, and the one between them is outside their branches.
+  const int64_t c0 = (group * kFusedGroupPacks + threadIdx.x) * N;
+  const bool has_channels = c0 < channels;
+  // The pack's values in a pixel slot of the s1 region.
+  const int pack_offset = threadIdx.x * N;
+
+  // Phase 2: the s1 region. Pixel q of a row: q < even_cols is column 2q, then column
+  // 2(q − even_cols) + 1. The row and pixel advance by kFusedPixelLanes without dividing.
+  if (has_channels) {
+    float taps[kFusedTaps][N];
+#pragma unroll
+    for (int k = 0; k < kFusedTaps; ++k) load_pack(conv_w + k * channels + c0, taps[k]);
+    float start[N];
+    load_pack_or_zeros(conv_bias, c0, start);
+    const int64_t valid_rows = min(static_cast<int64_t>(middle_heights[b]), middle_height);
+    const int row_step = kFusedPixelLanes / middle_cols,
+              pixel_step = kFusedPixelLanes % middle_cols;
+    int r = threadIdx.y / middle_cols, q = threadIdx.y % middle_cols;
+    while (r < middle_rows) {
+      const bool even = q < even_cols;
+      const int u = even ? 2 * q : 2 * (q - even_cols) + 1;
+      const int slot = even ? r * even_cols + q : odd_plane + r * cols + (q - even_cols);
+      const int64_t row = middle_top + r, col = middle_left + u;
+      float sum[N];
+      if (row >= 0 && row < valid_rows && col >= 0 && col < middle_width) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) sum[n] = start[n];
+        const float* under = patch + 2 * r * patch_cols + 2 * u;
+#pragma unroll
+        for (int i = 0; i < 3; ++i) {
+#pragma unroll
+          for (int j = 0; j < 3; ++j) {
+            const float value = under[i * patch_cols + j];
+#pragma unroll
+            for (int n = 0; n < N; ++n) sum[n] = fmaf(taps[i * 3 + j][n], value, sum[n]);
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < N; ++n) sum[n] = relu_value(sum[n]);
+      } else {
+#pragma unroll
+        for (int n = 0; n < N; ++n) sum[n] = 0.0f;
+      }
+      // Rounded to T here, as conv2d_one_channel rounds what it stores.
+      *reinterpret_cast<uint4*>(middle + slot * kGroupChannels + pack_offset) = wide_pack<T>(sum);
+      r += row_step;
+      q += pixel_step;
+      if (q >= middle_cols) {
+        q -= middle_cols;
+        ++r;
+      }
+    }
+  }
+  __syncthreads();
+
+  // Phase 3: the outputs, rows × cols pixels, each from 3 × 3 pixels of the s1 region.
+  if (has_channels) {
+    float taps[kFusedTaps][N];
+#pragma unroll
+    for (int k = 0; k < kFusedTaps; ++k) load_pack(depthwise_w + k * channels + c0, taps[k]);
+    float start[N];
+    load_pack_or_zeros(depthwise_bias, c0, start);
+    const int row_step = kFusedPixelLanes / cols, col_step = kFusedPixelLanes % cols;
+    int r = threadIdx.y / cols, f = threadIdx.y % cols;
+    while (r < rows) {
+      float sum[N];
+#pragma unroll
+      for (int n = 0; n < N; ++n) sum[n] = start[n];
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        const int middle_row = 2 * r + i;
+        // Columns 2f, 2f + 1, 2f + 2 of the region.
+        const int slots[3] = {middle_row * even_cols + f, odd_plane + middle_row * cols + f,
+                              middle_row * even_cols + f + 1};
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+          float in[N];
+          load_pack(middle + slots[j] * kGroupChannels + pack_offset, in);
+#pragma unroll
+          for (int n = 0; n < N; ++n) sum[n] = fmaf(taps[i * 3 + j][n], in[n], sum[n]);
+        }
+      }
+      // Through the store intrinsic: a plain 16-byte store to global memory gets split into
+      // four 4-byte ones.
+      T* out = y + ((b * out_height + first_row + r) * out_width + first_col + f) * channels + c0;
+      __stwb(reinterpret_cast<uint4*>(out), wide_pack<T>(sum));
+      r += row_step;
+      f += col_step;
+      if (f >= cols) {
+        f -= cols;
+        ++r;
+      }
+    }
+  }
+}
+
+template <class T>
+void launch_conv2d_one_channel_then_depthwise(
+    const void* x, int batch, int64_t height, int64_t width, const int32_t* heights,
+    const int32_t* middle_heights, int64_t middle_height, int64_t middle_width, int64_t channels,
+    const void* conv_w, const void* conv_bias, const void* depthwise_w, const void* depthwise_bias,
+    int64_t out_height, int64_t out_width, void* y, cudaStream_t stream) {
+  constexpr int N = kWidePack<T>;
+  if (!packable(channels, N, sizeof(T), {conv_w, conv_bias, depthwise_w, depthwise_bias, y})) {
+    fail("conv2d_one_channel_then_depthwise: ", channels,
+         " channels, or weights and outputs not 16-byte aligned");
+  }
+  const int tile_rows = static_cast<int>(std::min<int64_t>(kFusedTileRows, out_height));
+  const int tile_cols = static_cast<int>(std::min<int64_t>(kFusedTileCols, out_width));
+  const int64_t row_tiles = ceil_div(out_height, tile_rows);
+  const int64_t groups = ceil_div(channels, kFusedGroupPacks * N);
+  // The channel groups of one tile are neighbouring blocks: they read the same patch of x, which
+  // the first of them brings into the cache.
+  const int64_t blocks_x = batch * row_tiles * groups, blocks_y = ceil_div(out_width, tile_cols);
+  if (blocks_x > INT32_MAX || blocks_y > kMaxBlocksY) {
+    fail("conv2d_one_channel_then_depthwise: ", batch, " images of ", out_height, " × ", out_width,
+         " outputs are too many");
+  }
+  // More than the default 48 KB of shared memory must be asked for (once per instantiation).
+  static const cudaError_t opted_in = cudaFuncSetAttribute(
+      conv2d_one_channel_then_depthwise_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+      static_cast<int>(fused_shared_bytes(kFusedTileRows, kFusedTileCols)));
+  check(opted_in, "conv2d_one_channel_then_depthwise shared memory");
+  conv2d_one_channel_then_depthwise_kernel<T>
+      <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
+         dim3(kFusedGroupPacks, kFusedPixelLanes),
+         static_cast<size_t>(fused_shared_bytes(tile_rows, tile_cols)), stream>>>(
+          static_cast<const T*>(x), height, width, heights, middle_heights, middle_height,
+          middle_width, channels, static_cast<const T*>(conv_w), static_cast<const T*>(conv_bias),
+          static_cast<const T*>(depthwise_w), static_cast<const T*>(depthwise_bias), out_height,
+          out_width, row_tiles, groups, tile_rows, tile_cols, static_cast<T*>(y));
+}
+
 // ---- Elementwise ------------------------------------------------------------------------------
 
 enum class Map { relu, silu, scale };
@@ -328,7 +606,8 @@ int64_t glu_staged_bytes(int kernel, int pack) {
 template <class T, int kKernel, int N>
 __global__ void __launch_bounds__(kGluSlicePacks* kGluStepThreads)
     glu_depthwise_conv1d_kernel(const T* x, int64_t steps, int64_t channels, const int32_t* lengths,
-                                const T* w, const T* bias, int runtime_kernel, bool silu, T* y) {
+                                const int32_t* starts, const T* w, const T* bias,
+                                int runtime_kernel, bool silu, T* y) {
   static_assert(N == 1 || N == 4, "staged rows hold packs of one or four values");
   constexpr int kRowFloats = kGluSlicePacks * N;
   // [kGluTileSteps + kernel − 1][kRowFloats]: row r is step first_staged + r.
@@ -341,7 +620,12 @@ __global__ void __launch_bounds__(kGluSlicePacks* kGluStepThreads)
   const int64_t c0 = (static_cast<int64_t>(blockIdx.y) * kGluSlicePacks + p) * N;
   const bool has_pack = c0 < channels;  // the last slice may be partial
   const int64_t length = min(static_cast<int64_t>(lengths[b]), steps);
-  const T* sequence = x + b * steps * 2 * channels;
+  // Packed (starts): the sequence's rows are its valid ones alone, and only they are written.
+  // (Both recomputed where needed rather than kept: at 64 registers four blocks fit an SM.)
+  auto first_row = [&] { return starts != nullptr ? int64_t{starts[b]} : b * steps; };
+  auto written = [&](int64_t t) { return t < steps && (starts == nullptr || t < length); };
+  if (!written(first_step)) return;  // the whole block: no barrier is left waiting
+  const T* sequence = x + first_row() * 2 * channels;
 
   if (has_pack) {
     // kGluStageBatch rows per thread at a time (for kernel 9 all of its rows), all loaded before
@@ -376,7 +660,7 @@ __global__ void __launch_bounds__(kGluSlicePacks* kGluStepThreads)
 
   float start[N];
   load_pack_or_zeros(bias, c0, start);
-  T* out = y + b * steps * channels + c0;
+  T* out = y + first_row() * channels + c0;
   auto finish = [&](float(&sum)[N], int64_t t) {
     if (silu) {
 #pragma unroll
@@ -412,12 +696,12 @@ __global__ void __launch_bounds__(kGluSlicePacks* kGluStepThreads)
 #pragma unroll
     for (int s = 0; s < kGluStepsPerThread; ++s) {
       const int64_t t = first_step + first + s;
-      if (t < steps) finish(sum[s], t);
+      if (written(t)) finish(sum[s], t);
     }
   } else {
     for (int s = threadIdx.y; s < kGluTileSteps; s += kGluStepThreads) {
       const int64_t t = first_step + s;
-      if (t >= steps) break;
+      if (!written(t)) break;
       float sum[N];
 #pragma unroll
       for (int n = 0; n < N; ++n) sum[n] = start[n];
@@ -464,8 +748,8 @@ template <class T>
 __global__ void __launch_bounds__(kAttentionWarps * 32)
     rel_pos_attention_kernel(const T* q, const T* k, const T* v, int64_t row_stride, const T* p,
                              int64_t p_row_stride, const T* bias_u, const T* bias_v,
-                             const int32_t* lengths, int64_t steps, int head_dim, float scale,
-                             T* out, int64_t out_row_stride) {
+                             const int32_t* lengths, const int32_t* starts, int64_t steps,
+                             int head_dim, float scale, T* out, int64_t out_row_stride) {
   extern __shared__ float shared[];
   const int pitch = head_dim + 1;
   float* q_u = shared;                   // [kQueries][pitch]
@@ -479,7 +763,9 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
   const int64_t first_query = static_cast<int64_t>(blockIdx.x) * kQueries;
   const int64_t length = min(static_cast<int64_t>(lengths[b]), steps);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t sequence_row = b * steps;  // the sequence's first row in q, k, v, out
+  // The sequence's first row in q, k, v, out; packed (starts), it has no rows past its length.
+  const int64_t sequence_row = starts != nullptr ? starts[b] : b * steps;
+  const int64_t written = starts != nullptr ? length : steps;
   const int64_t table_rows = 2 * steps - 1;
 
   for (int index = threadIdx.x; index < kQueries * head_dim; index += blockDim.x) {
@@ -562,7 +848,7 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
 #pragma unroll
   for (int r = 0; r < kQueriesPerWarp; ++r) {
     const int64_t i = first_query + warp + kAttentionWarps * r;
-    if (i >= steps) continue;
+    if (i >= written) continue;
     const bool valid = i < length && running_sum[r] > 0.0f;
     const float inverse = valid ? 1.0f / running_sum[r] : 0.0f;
     T* row = out + (sequence_row + i) * out_row_stride + head_offset;
@@ -572,6 +858,27 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
       if (d < head_dim) row[d] = from_float<T>(valid ? output[r][col] * inverse : 0.0f);
     }
   }
+}
+
+// ---- Packed batches ---------------------------------------------------------------------------
+
+// One block per (tile of kCopyRows rows, sequence); its threads walk the tile's rows in units of
+// Unit (16 bytes when every row allows it).
+constexpr int kCopyRows = 16;
+constexpr int kCopyThreads = 256;
+
+template <class Unit>
+__global__ void __launch_bounds__(kCopyThreads)
+    copy_sequence_rows_kernel(const Unit* x, const int32_t* x_starts, int64_t x_steps, Unit* y,
+                              const int32_t* y_starts, int64_t y_steps, const int32_t* lengths,
+                              int64_t row_units) {
+  const int64_t b = blockIdx.y;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kCopyRows;
+  const int64_t rows = min(static_cast<int64_t>(kCopyRows), lengths[b] - first);
+  if (rows <= 0) return;
+  const Unit* from = x + ((x_starts != nullptr ? x_starts[b] : b * x_steps) + first) * row_units;
+  Unit* to = y + ((y_starts != nullptr ? y_starts[b] : b * y_steps) + first) * row_units;
+  for (int64_t i = threadIdx.x; i < rows * row_units; i += blockDim.x) to[i] = from[i];
 }
 
 // ---- Heads ------------------------------------------------------------------------------------
@@ -716,6 +1023,35 @@ void depthwise_conv2d(Element e, const void* x, int batch, int64_t height, int64
   check_launch("depthwise_conv2d");
 }
 
+bool conv2d_one_channel_then_depthwise_supported(int kernel, int stride, int padding,
+                                                 int64_t channels) {
+  return kernel == 3 && stride == 2 && padding == 1 && channels > 0 && channels % 8 == 0;
+}
+
+void conv2d_one_channel_then_depthwise(Element e, const void* x, int batch, int64_t height,
+                                       int64_t width, const int32_t* heights,
+                                       const int32_t* middle_heights, const void* conv_w,
+                                       const void* conv_bias, int64_t channels,
+                                       const void* depthwise_w, const void* depthwise_bias,
+                                       int kernel, int stride, int padding, void* y,
+                                       cudaStream_t stream) {
+  if (!conv2d_one_channel_then_depthwise_supported(kernel, stride, padding, channels)) {
+    fail("conv2d_one_channel_then_depthwise: kernel ", kernel, ", stride ", stride, ", padding ",
+         padding, " and ", channels, " channels are not supported");
+  }
+  const int64_t middle_height = conv_output_size(height, kernel, stride, padding);
+  const int64_t middle_width = conv_output_size(width, kernel, stride, padding);
+  const int64_t out_height = conv_output_size(middle_height, kernel, stride, padding);
+  const int64_t out_width = conv_output_size(middle_width, kernel, stride, padding);
+  if (batch <= 0 || out_height <= 0 || out_width <= 0) return;
+  with_type(e, [&](auto type) {
+    launch_conv2d_one_channel_then_depthwise<decltype(type)>(
+        x, batch, height, width, heights, middle_heights, middle_height, middle_width, channels,
+        conv_w, conv_bias, depthwise_w, depthwise_bias, out_height, out_width, y, stream);
+  });
+  check_launch("conv2d_one_channel_then_depthwise");
+}
+
 void relu(Element e, void* x, int64_t n, cudaStream_t stream) {
   launch_map<Map::relu>(e, x, n, 1.0f, stream);
 }
@@ -751,8 +1087,8 @@ void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows
 }
 
 void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
-                          const int32_t* lengths, const void* w, const void* bias, int kernel,
-                          bool silu, void* y, cudaStream_t stream) {
+                          const int32_t* lengths, const int32_t* starts, const void* w,
+                          const void* bias, int kernel, bool silu, void* y, cudaStream_t stream) {
   if (kernel < 1 || kernel % 2 == 0) {
     fail("glu_depthwise_conv1d: 'same' padding needs an odd kernel, got ", kernel);
   }
@@ -772,7 +1108,7 @@ void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, in
                   static_cast<unsigned>(batch)),
              dim3(kGluSlicePacks, kGluStepThreads),
              static_cast<size_t>(glu_staged_bytes(kernel, N)), stream>>>(
-              static_cast<const T*>(x), steps, channels, lengths, static_cast<const T*>(w),
+              static_cast<const T*>(x), steps, channels, lengths, starts, static_cast<const T*>(w),
               static_cast<const T*>(bias), kernel, silu, static_cast<T*>(y));
     };
     // Value by value when the channels are not whole packs, or when a kernel so large that the
@@ -795,8 +1131,9 @@ void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, in
 
 void rel_pos_attention(Element e, const void* q, const void* k, const void* v, int64_t row_stride,
                        const void* p, int64_t p_row_stride, const void* bias_u, const void* bias_v,
-                       const int32_t* lengths, int batch, int64_t steps, int heads, int head_dim,
-                       float scale, void* out, int64_t out_row_stride, cudaStream_t stream) {
+                       const int32_t* lengths, const int32_t* starts, int batch, int64_t steps,
+                       int heads, int head_dim, float scale, void* out, int64_t out_row_stride,
+                       cudaStream_t stream) {
   if (head_dim < 1 || head_dim > kMaxHeadDim) {
     fail("rel_pos_attention: head size ", head_dim, " (1 to ", kMaxHeadDim, " supported)");
   }
@@ -818,10 +1155,32 @@ void rel_pos_attention(Element e, const void* q, const void* k, const void* v, i
     rel_pos_attention_kernel<T><<<grid, kAttentionWarps * 32, shared_bytes, stream>>>(
         static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), row_stride,
         static_cast<const T*>(p), p_row_stride, static_cast<const T*>(bias_u),
-        static_cast<const T*>(bias_v), lengths, steps, head_dim, scale, static_cast<T*>(out),
-        out_row_stride);
+        static_cast<const T*>(bias_v), lengths, starts, steps, head_dim, scale,
+        static_cast<T*>(out), out_row_stride);
   });
   check_launch("rel_pos_attention");
+}
+
+void copy_sequence_rows(const void* x, const int32_t* x_starts, int64_t x_steps, void* y,
+                        const int32_t* y_starts, int64_t y_steps, const int32_t* lengths, int batch,
+                        int64_t max_length, int64_t row_bytes, cudaStream_t stream) {
+  if (batch <= 0 || max_length <= 0 || row_bytes <= 0) return;
+  const int64_t tiles = ceil_div(max_length, kCopyRows);
+  if (batch > kMaxBlocksY || tiles > INT_MAX) {
+    fail("copy_sequence_rows: ", batch, " sequences of ", max_length, " rows are too many");
+  }
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(batch));
+  // Whole rows are contiguous, so a row of 16-byte units copies as units when it is one.
+  if (row_bytes % 16 == 0 && aligned(x, 16) && aligned(y, 16)) {
+    copy_sequence_rows_kernel<uint4><<<grid, kCopyThreads, 0, stream>>>(
+        static_cast<const uint4*>(x), x_starts, x_steps, static_cast<uint4*>(y), y_starts, y_steps,
+        lengths, row_bytes / 16);
+  } else {
+    copy_sequence_rows_kernel<uint8_t><<<grid, kCopyThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(x), x_starts, x_steps, static_cast<uint8_t*>(y), y_starts,
+        y_steps, lengths, row_bytes);
+  }
+  check_launch("copy_sequence_rows");
 }
 
 void finish_logits(Element e, float* logits, const void* bias, int64_t rows, int64_t cols,

@@ -7,6 +7,11 @@
 // Batches are padded: sequence b of a [batch, steps, ...] tensor has lengths[b] valid steps (a
 // device array). Where a kernel says so, steps at or past the length read as zeros, so that a
 // padded batch computes for its valid steps exactly what each sequence alone would.
+//
+// Kernels that take `starts` (a device array, or null) also run on packed batches: with starts,
+// sequence b's rows begin at row starts[b] of its tensors and only its lengths[b] valid rows
+// exist there, back to back with the next sequence's; nothing is read or written past them.
+// `steps` is then the longest length (it sizes the grid). Null starts: padded, row b·steps.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -49,6 +54,31 @@ void depthwise_conv2d(Element e, const void* x, int batch, int64_t height, int64
                       int64_t channels, const int32_t* heights, const void* w, const void* bias,
                       int kernel, int stride, int padding, void* y, cudaStream_t stream);
 
+// conv2d_one_channel (relu true) followed by depthwise_conv2d on its output, in one pass that
+// keeps the intermediate image on the chip: from x [batch, height, width] (one channel) and the
+// valid rows of x (heights) and of the intermediate image (middle_heights), it computes
+//   s[b, t, f, c] = round_e(ReLU(conv_bias[c] + Σ_{i,j} conv_w[i·kernel + j, c] · x[b, t·stride −
+//                   padding + i, f·stride − padding + j]))
+// (x zero outside the image and at rows ≥ heights[b]; s zero outside its middle_height ×
+// middle_width and at rows ≥ middle_heights[b]), rounded to element type e as
+// conv2d_one_channel stores it, then
+//   y[b, t, f, c] = depthwise_bias[c] + Σ_{i,j} depthwise_w[i·kernel + j, c] · s[b, t·stride −
+//                   padding + i, f·stride − padding + j, c]
+// written channels-last, y [batch, out_height, out_width, channels] (sizes as conv2d_one_channel,
+// applied twice). The results are those of the two kernels run back to back, bit for bit (up to
+// the sign of zeros). Weights tap-major as theirs; biases may be null. Only for what
+// conv2d_one_channel_then_depthwise_supported accepts (FastConformer's subsampling: kernel 3,
+// stride 2, padding 1, channels a multiple of 8); weights, biases and y 16-byte aligned.
+bool conv2d_one_channel_then_depthwise_supported(int kernel, int stride, int padding,
+                                                 int64_t channels);
+void conv2d_one_channel_then_depthwise(Element e, const void* x, int batch, int64_t height,
+                                       int64_t width, const int32_t* heights,
+                                       const int32_t* middle_heights, const void* conv_w,
+                                       const void* conv_bias, int64_t channels,
+                                       const void* depthwise_w, const void* depthwise_bias,
+                                       int kernel, int stride, int padding, void* y,
+                                       cudaStream_t stream);
+
 // ---- Elementwise ------------------------------------------------------------------------------
 
 // In place over n values: max(x, 0); x · σ(x); x · factor.
@@ -64,10 +94,11 @@ void scale(Element e, void* x, int64_t n, float factor, cudaStream_t stream);
 //   y[b, t, c] = act(bias[c] + Σ_j w[j, c] · g[b, t + j − (kernel − 1) / 2, c])
 // where steps outside [0, lengths[b]) read as g = 0; act is SiLU when `silu`, else none. w
 // [kernel, channels] (tap_major of PyTorch's [C, 1, k]) with kernel odd, bias [channels]. y
-// [batch, steps, channels] is written for every step. y must not alias x.
+// [batch, steps, channels] is written for every step (packed: for the valid ones). y must not
+// alias x.
 void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
-                          const int32_t* lengths, const void* w, const void* bias, int kernel,
-                          bool silu, void* y, cudaStream_t stream);
+                          const int32_t* lengths, const int32_t* starts, const void* w,
+                          const void* bias, int kernel, bool silu, void* y, cudaStream_t stream);
 
 // Multi-head self-attention with Transformer-XL relative positions (compute::rel_pos_attention,
 // docs/parakeet.md 4.3). Row t of sequence b of q, k and v is at q + (b·steps + t)·row_stride
@@ -77,12 +108,23 @@ void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, in
 // query i < lengths[b] and keys j < lengths[b]:
 //   score[i, j] = scale · ((q_i + u)·k_j + (q_i + v')·p[steps − 1 − i + j])
 //   out_i = Σ_j softmax_j(score[i, :])_j · v_j
-// at out + (b·steps + i)·out_row_stride + h·head_dim; queries at or past lengths[b] get zeros.
-// head_dim ≤ 128. out must not alias an input.
+// at out + (b·steps + i)·out_row_stride + h·head_dim; queries at or past lengths[b] get zeros
+// (packed, with starts: row starts[b] + i, and there are no such queries). head_dim ≤ 128. out
+// must not alias an input.
 void rel_pos_attention(Element e, const void* q, const void* k, const void* v, int64_t row_stride,
                        const void* p, int64_t p_row_stride, const void* bias_u, const void* bias_v,
-                       const int32_t* lengths, int batch, int64_t steps, int heads, int head_dim,
-                       float scale, void* out, int64_t out_row_stride, cudaStream_t stream);
+                       const int32_t* lengths, const int32_t* starts, int batch, int64_t steps,
+                       int heads, int head_dim, float scale, void* out, int64_t out_row_stride,
+                       cudaStream_t stream);
+
+// Copies the valid rows of each sequence between two layouts of a batch: row t < lengths[b] of
+// sequence b, row_bytes bytes, goes from row (x_starts ? x_starts[b] : b·x_steps) + t of x to row
+// (y_starts ? y_starts[b] : b·y_steps) + t of y. With packed starts on one side, it packs a
+// padded batch or unpacks a packed one; rows of y that no sequence fills keep what they held.
+// max_length ≥ every length sizes the grid. x and y must not overlap.
+void copy_sequence_rows(const void* x, const int32_t* x_starts, int64_t x_steps, void* y,
+                        const int32_t* y_starts, int64_t y_steps, const int32_t* lengths, int batch,
+                        int64_t max_length, int64_t row_bytes, cudaStream_t stream);
 
 // The two biased queries of relative-position attention for the tensor-core path (the product of
 // q + v' with the position table runs as a GEMM): for `rows` rows of q (row stride

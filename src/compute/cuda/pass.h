@@ -96,16 +96,18 @@ class Pass {
     bias_gelu(element_, x, nullptr, rows, cols, stream_);
   }
 
-  // Multi-head self-attention with Transformer-XL relative positions over a padded batch, as
-  // rel_pos_attention (kernels_conformer.h) defines it. F16/BF16 with head_dim 64 or 128 runs on
-  // the tensor cores: q + u and q + v' once (biased_queries), the position scores of every query
-  // against every relative position as one batched product per group of heads, then
+  // Multi-head self-attention with Transformer-XL relative positions over a padded or packed
+  // batch, as rel_pos_attention (kernels_conformer.h) defines it; `rows` is the batch's rows of q
+  // (batch · steps padded, the sum of the lengths packed). F16/BF16 with head_dim 64 or 128 runs
+  // on the tensor cores: q + u and q + v' once (biased_queries), the position scores of every
+  // query against every relative position as one batched product per group of heads, then
   // padded_attention, which reads them shifted. Anything else runs rel_pos_attention's kernel,
   // F32 throughout.
   void rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
                          const void* p, int64_t p_row_stride, const void* bias_u,
-                         const void* bias_v, const int32_t* lengths, int batch, int64_t steps,
-                         int heads, int head_dim, float scale, void* out, int64_t out_row_stride);
+                         const void* bias_v, const int32_t* lengths, const int32_t* starts,
+                         int64_t rows, int batch, int64_t steps, int heads, int head_dim,
+                         float scale, void* out, int64_t out_row_stride);
   // HARK_CUDA_PROFILE's stages (profile.h): `stage` begins here on the pass's stream, ending
   // the one before; finish_stages() ends the last and books their times. No-ops when not
   // profiling, and while the stream is being captured into a graph.

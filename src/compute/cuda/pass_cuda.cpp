@@ -220,16 +220,17 @@ void Pass::layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_
 
 void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
                              const void* p, int64_t p_row_stride, const void* bias_u,
-                             const void* bias_v, const int32_t* lengths, int batch, int64_t steps,
-                             int heads, int head_dim, float scale, void* out,
-                             int64_t out_row_stride) {
+                             const void* bias_v, const int32_t* lengths, const int32_t* starts,
+                             int64_t rows, int batch, int64_t steps, int heads, int head_dim,
+                             float scale, void* out, int64_t out_row_stride) {
   if (!padded_attention_runs(element_, head_dim)) {
     mark("attention: F32 kernel");
     cuda::rel_pos_attention(element_, q, k, v, row_stride, p, p_row_stride, bias_u, bias_v, lengths,
-                            batch, steps, heads, head_dim, scale, out, out_row_stride, stream_);
+                            starts, batch, steps, heads, head_dim, scale, out, out_row_stride,
+                            stream_);
     return;
   }
-  const int64_t width = int64_t{heads} * head_dim, rows = batch * steps;
+  const int64_t width = int64_t{heads} * head_dim;
   const int64_t positions = 2 * steps - 1;
   // Rows of position scores padded to 8 values, so that every row starts 16-byte aligned.
   const int64_t scores_row = (positions + 7) / 8 * 8;
@@ -270,8 +271,8 @@ void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_
     padded_attention(element_, at(biased_queries_.data(), column), 2 * width, steps * 2 * width,
                      at(k, column), at(v, column), row_stride, steps * row_stride,
                      static_cast<uint8_t*>(out) + bytes(column), out_row_stride,
-                     steps * out_row_stride, lengths, &relative, batch, count, head_dim, steps,
-                     scale, stream_);
+                     steps * out_row_stride, lengths, starts, &relative, batch, count, head_dim,
+                     steps, scale, stream_);
   }
 }
 

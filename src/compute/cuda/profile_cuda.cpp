@@ -1,5 +1,7 @@
 #include "compute/cuda/profile.h"
 
+#include <cuda_profiler_api.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -96,6 +98,14 @@ std::string profile_report() {
         << " calls, " << (all > 0 ? 100.0 * total.milliseconds / all : 0.0) << "%\n";
   }
   return out.str();
+}
+
+// The calls fail only when no profiler is attached to take them, which is not an error here.
+void profiler_start() {
+  cudaProfilerStart();
+}
+void profiler_stop() {
+  cudaProfilerStop();
 }
 
 }  // namespace hark::compute::cuda

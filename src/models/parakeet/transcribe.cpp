@@ -86,25 +86,39 @@ Segment make_segment(const Model& model, std::span<const Emission> emissions, co
   return segment;
 }
 
+std::vector<std::vector<size_t>> batches_longest_first(std::span<const size_t> lengths,
+                                                       size_t batch_size) {
+  std::vector<size_t> order(lengths.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return lengths[a] > lengths[b]; });
+  if (batch_size == 0) batch_size = std::max<size_t>(order.size(), 1);
+  std::vector<std::vector<size_t>> batches;
+  for (size_t j = 0; j < order.size(); ++j) {
+    if (j % batch_size == 0) batches.emplace_back();
+    batches.back().push_back(order[j]);
+  }
+  return batches;
+}
+
 std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece> pieces,
                                        size_t batch_size,
                                        const std::function<void(size_t)>& progress) {
-  std::vector<size_t> batched;  // the pieces that go to the model, longest first
+  std::vector<size_t> batched;  // the pieces that go to the model
+  std::vector<size_t> lengths;
   for (size_t i = 0; i < pieces.size(); ++i) {
     check_piece(model, pieces[i]);
-    if (static_cast<int64_t>(pieces[i].samples.size()) >= model.min_samples()) batched.push_back(i);
+    if (static_cast<int64_t>(pieces[i].samples.size()) < model.min_samples()) continue;
+    batched.push_back(i);
+    lengths.push_back(pieces[i].samples.size());
   }
-  // Batches of similar lengths: a batch is padded to its longest piece, and pieces of many files
-  // (or a recording's last, short piece) would otherwise pad short ones to long ones. A piece's
-  // result does not depend on its batch.
-  std::stable_sort(batched.begin(), batched.end(), [&](size_t a, size_t b) {
-    return pieces[a].samples.size() > pieces[b].samples.size();
-  });
-  if (batch_size == 0) batch_size = std::max<size_t>(batched.size(), 1);
+  // Pieces of many files (or a recording's last, short piece) would otherwise pad short ones to
+  // long ones. A piece's result does not depend on its batch.
+  const std::vector<std::vector<size_t>> order = batches_longest_first(lengths, batch_size);
   std::vector<std::vector<std::span<const float>>> batches;
-  for (size_t j = 0; j < batched.size(); ++j) {
-    if (j % batch_size == 0) batches.emplace_back();
-    batches.back().push_back(pieces[batched[j]].samples);
+  for (const std::vector<size_t>& members : order) {
+    batches.emplace_back();
+    for (size_t j : members) batches.back().push_back(pieces[batched[j]].samples);
   }
   std::vector<std::vector<Emission>> decoded(pieces.size());
   // Pieces done: the short ones at once, then each batch's.
@@ -112,7 +126,7 @@ std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece
   encode_and_decode(model, batches, nullptr,
                     [&](size_t batch, std::vector<std::vector<Emission>> emissions) {
                       for (size_t k = 0; k < emissions.size(); ++k) {
-                        decoded[batched[batch * batch_size + k]] = std::move(emissions[k]);
+                        decoded[batched[order[batch][k]]] = std::move(emissions[k]);
                       }
                       done += emissions.size();
                       if (progress) progress(done);

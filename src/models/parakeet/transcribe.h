@@ -40,6 +40,12 @@ std::vector<Segment> transcribe_pieces(const Model& model, std::span<const Piece
                                        size_t batch_size = 0,
                                        const std::function<void(size_t)>& progress = {});
 
+// Batches of at most batch_size (0: one batch of all) of the items whose lengths are given, as
+// their indices, longest first: a batch is padded to its longest item, so that items of similar
+// lengths share one. Equal lengths keep their order.
+std::vector<std::vector<size_t>> batches_longest_first(std::span<const size_t> lengths,
+                                                       size_t batch_size);
+
 // The segment of one decoded piece (what transcribe_pieces does after decoding).
 Segment make_segment(const Model& model, std::span<const Emission> emissions, const Piece& piece);
 

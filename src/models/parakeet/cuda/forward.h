@@ -20,7 +20,7 @@ namespace hark::parakeet::cuda {
 struct EncoderBuffers {
   gpu::Buffer staging;  // F32 values: the features (16-bit element types), the position table
   gpu::Buffer lengths, image, image_spare, normed, hidden, qkv, context, table, positions;
-  gpu::Buffer x;  // the blocks' activations when they replay as a graph
+  gpu::Buffer x;  // the blocks' activations, packed (forward_cuda.cpp)
   gpu::ReplayedGraph blocks;
 
   size_t bytes() const {
@@ -33,7 +33,8 @@ struct EncoderBuffers {
   }
 };
 
-// A batch's encoder output: rows b · padded_frames + t, those at t ≥ frames[b] not meaningful.
+// A batch's encoder output: rows b · padded_frames + t, those at t ≥ frames[b] zeros (head rows
+// there not meaningful).
 // Its buffers are stream-ordered on the encoder's stream (Buffer(bytes, stream)).
 struct Encoded {
   int batch = 0;

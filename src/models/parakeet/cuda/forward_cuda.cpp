@@ -63,8 +63,9 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
   const int stages = static_cast<int>(sub.stages.size()) + 1;
 
   // Valid rows per utterance before the first stage and after each: row s of `lengths`
-  // [stages + 1, batch]; and the padded batch's sizes, time and frequency, at each.
-  std::vector<int32_t> lengths(static_cast<size_t>(stages + 1) * batch);
+  // [stages + 2, batch], then (row stages + 1) where each utterance's rows start when the blocks
+  // run packed; and the padded batch's sizes, time and frequency, at each stage.
+  std::vector<int32_t> lengths(static_cast<size_t>(stages + 2) * batch);
   std::vector<int64_t> padded_time(stages + 1, 0), padded_freq(stages + 1, mels);
   for (int b = 0; b < batch; ++b) {
     int64_t frames = features.frames[b];
@@ -78,22 +79,37 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
       fail("Parakeet encoder: ", frames, " frames after subsampling, expected ", encoder_frames[b]);
     }
   }
+  // The blocks run on the valid rows alone, each utterance's back to back (packed): a batch of
+  // utterances of many lengths (files, a recording's last piece) then costs no padding there,
+  // where almost all the time goes. Only the subsampling's images stay padded.
+  int64_t rows = 0;
+  for (int b = 0; b < batch; ++b) {
+    lengths[static_cast<size_t>(stages + 1) * batch + b] = static_cast<int32_t>(rows);
+    rows += encoder_frames[b];
+  }
   if (padded_time[0] > features.padded_frames) {
     fail("Parakeet encoder: features of ", padded_time[0], " frames in rows of ",
          features.padded_frames);
   }
+  // The first convolution and the second stage's depthwise convolution run as one kernel when
+  // they can: the first stage's image, the largest, then never exists in memory.
+  const bool fused = stages >= 2 && gpu::conv2d_one_channel_then_depthwise_supported(
+                                        sub.kernel, sub.stride, sub.padding, channels);
+  // The largest image the subsampling stores (the features, then each stage's), per utterance.
   int64_t largest_image = padded_time[0] * mels;
   for (int stage = 1; stage <= stages; ++stage) {
     padded_time[stage] = conv_output(padded_time[stage - 1], sub);
     padded_freq[stage] = conv_output(padded_freq[stage - 1], sub);
+    if (fused && stage == 1) continue;
     largest_image = std::max(largest_image, padded_time[stage] * padded_freq[stage] * channels);
   }
   const int64_t steps = padded_time[stages];
-  const int64_t rows = batch * steps;
+  const int64_t padded_rows = batch * steps;
   s.lengths.reserve(lengths.size() * sizeof(int32_t));
   gpu::upload(lengths.data(), lengths.size() * sizeof(int32_t), s.lengths.data(), stream);
   auto lengths_at = [&](int stage) { return s.lengths.as<int32_t>() + stage * batch; };
   const int32_t* frames_dev = lengths_at(stages);
+  const int32_t* starts_dev = lengths_at(stages + 1);
 
   // ---- Subsampling: channels-last images [batch, time, frequency, C] ----
   // The relative positions of the padded length, shared by every block (docs/parakeet.md 4.2),
@@ -107,9 +123,13 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
   s.image.reserve(pass.bytes(largest_image * batch));
   s.image_spare.reserve(pass.bytes(largest_image * batch));
   // The first padded_time[0] rows of each utterance's features (rows past its own frames are
-  // masked by the convolution) in one strided copy, converted to the element type.
+  // masked by the convolution) in one strided copy, converted to the element type. They go where
+  // the first kernel reads them, and that writes to the other image buffer: unfused, s.image
+  // (the first stage's output, which the loop below reads); fused, s.image_spare (the second
+  // stage's depthwise output, which the loop's pointwise convolution reads).
   pass.mark("subsampling: features in");
-  void* features_f32 = e == gpu::Element::f32 ? s.image_spare.data() : s.staging.data();
+  void* features_in = fused ? s.image.data() : s.image_spare.data();
+  void* features_f32 = e == gpu::Element::f32 ? features_in : s.staging.data();
   const size_t image_row_bytes = sizeof(float) * static_cast<size_t>(padded_time[0] * mels);
   gpu::check(cudaMemcpy2DAsync(features_f32, image_row_bytes, features.values,
                                sizeof(float) * static_cast<size_t>(features.padded_frames * mels),
@@ -117,35 +137,46 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
                                cudaMemcpyDeviceToDevice, stream),
              "copy the features");
   if (e != gpu::Element::f32) {
-    gpu::convert(gpu::Element::f32, s.staging.data(), e, s.image_spare.data(), image_values,
-                 stream);
+    gpu::convert(gpu::Element::f32, s.staging.data(), e, features_in, image_values, stream);
   }
-  pass.mark("subsampling: first convolution");
-  gpu::conv2d_one_channel(e, s.image_spare.data(), batch, padded_time[0], mels, lengths_at(0),
-                          sub.conv_weight.data(), sub.conv_bias.data(), channels, sub.kernel,
-                          sub.stride, sub.padding, /*relu=*/true, s.image.data(), stream);
+  if (fused) {
+    pass.mark("subsampling: first convolution + depthwise");
+    gpu::conv2d_one_channel_then_depthwise(
+        e, features_in, batch, padded_time[0], mels, lengths_at(0), lengths_at(1),
+        sub.conv_weight.data(), sub.conv_bias.data(), channels,
+        sub.stages[0].depthwise_weight.data(), sub.stages[0].depthwise_bias.data(), sub.kernel,
+        sub.stride, sub.padding, s.image_spare.data(), stream);
+  } else {
+    pass.mark("subsampling: first convolution");
+    gpu::conv2d_one_channel(e, features_in, batch, padded_time[0], mels, lengths_at(0),
+                            sub.conv_weight.data(), sub.conv_bias.data(), channels, sub.kernel,
+                            sub.stride, sub.padding, /*relu=*/true, s.image.data(), stream);
+  }
   for (int stage = 2; stage <= stages; ++stage) {
     const SubsamplingStage& layer = sub.stages[stage - 2];
-    pass.mark("subsampling: depthwise convolutions");
-    gpu::depthwise_conv2d(e, s.image.data(), batch, padded_time[stage - 1], padded_freq[stage - 1],
-                          channels, lengths_at(stage - 1), layer.depthwise_weight.data(),
-                          layer.depthwise_bias.data(), sub.kernel, sub.stride, sub.padding,
-                          s.image_spare.data(), stream);
+    // Fused, the second stage's depthwise output is in s.image_spare already.
+    if (!fused || stage > 2) {
+      pass.mark("subsampling: depthwise convolutions");
+      gpu::depthwise_conv2d(e, s.image.data(), batch, padded_time[stage - 1],
+                            padded_freq[stage - 1], channels, lengths_at(stage - 1),
+                            layer.depthwise_weight.data(), layer.depthwise_bias.data(), sub.kernel,
+                            sub.stride, sub.padding, s.image_spare.data(), stream);
+    }
     const int64_t pixels = batch * padded_time[stage] * padded_freq[stage];
     pass.mark("subsampling: pointwise convolutions");
     pass.linear(s.image_spare.data(), pixels, layer.pointwise, s.image.data());
     gpu::relu(e, s.image.data(), pixels * channels, stream);
   }
-  // Small batches replay the blocks as a graph (below), which needs x at the same address every
-  // call: the scratch's, copied out at the end.
-  const bool replayed = rows <= kReplayedRows;
-  out.output = gpu::Buffer(pass.bytes(rows * d), stream);
-  if (replayed) s.x.reserve(pass.bytes(rows * d));
-  void* x = replayed ? s.x.data() : out.output.data();
   // Each time step [F, C] flattened as it is: the linear's columns are in that order
-  // (weights.h), so no transpose to transformers' [C, F] runs here.
+  // (weights.h), so no transpose to transformers' [C, F] runs here. Its valid rows are packed
+  // first, so that the linear computes no padding either.
   pass.mark("subsampling: output linear");
-  pass.linear(s.image.data(), rows, sub.linear, x);
+  const int64_t image_row = padded_freq[stages] * channels;
+  gpu::copy_sequence_rows(s.image.data(), nullptr, steps, s.image_spare.data(), starts_dev, 0,
+                          frames_dev, batch, steps, pass.bytes(image_row), stream);
+  s.x.reserve(pass.bytes(rows * d));
+  void* x = s.x.data();
+  pass.linear(s.image_spare.data(), rows, sub.linear, x);
   if (sub.output_scale != 1.0f) gpu::scale(e, x, rows * d, sub.output_scale, stream);
 
   // ---- Conformer blocks ----
@@ -169,7 +200,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
       void* qkv = s.qkv.data();
       pass.rel_pos_attention(qkv, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d,
                              s.positions.data(), d, block.bias_u.data(), block.bias_v.data(),
-                             frames_dev, batch, steps, static_cast<int>(heads),
+                             frames_dev, starts_dev, rows, batch, steps, static_cast<int>(heads),
                              static_cast<int>(head_dim), w.attention_scale, s.context.data(), d);
       pass.mark("attention projections");
       pass.linear(s.context.data(), rows, block.out, x, x);
@@ -180,7 +211,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
       pass.mark("convolution products");
       pass.linear(s.normed.data(), rows, block.pointwise1, s.hidden.data());
       pass.mark("GLU, depthwise convolution");
-      gpu::glu_depthwise_conv1d(e, s.hidden.data(), batch, steps, d, frames_dev,
+      gpu::glu_depthwise_conv1d(e, s.hidden.data(), batch, steps, d, frames_dev, starts_dev,
                                 block.depthwise_weight.data(), block.depthwise_bias.data(),
                                 config.conv_kernel, /*silu=*/true, s.context.data(), stream);
       pass.mark("convolution products");
@@ -191,7 +222,9 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
       pass.layer_norm(x, rows, block.norm_out, d, x);
     }
   };
-  if (replayed) {
+  // Small batches replay the blocks as a graph: x, like every buffer they use, is the scratch's,
+  // at the same address from one call to the next.
+  if (rows <= kReplayedRows) {
     // ~20 launches per block cost more than a small batch's work in them: replayed, they cost
     // one. The key: the shapes and every buffer the launches read or write.
     std::vector<int64_t> key = pass.scratch_key();
@@ -199,28 +232,32 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
          {&s.x, &s.lengths, &s.normed, &s.hidden, &s.qkv, &s.context, &s.table, &s.positions}) {
       key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(buffer->data())));
     }
-    key.insert(key.end(), {batch, steps});
+    key.insert(key.end(), {batch, steps, rows});
     pass.mark("Conformer blocks (replayed graph)");
     s.blocks.run(std::move(key), stream, blocks);
-    gpu::check(cudaMemcpyAsync(out.output.data(), x, pass.bytes(rows * d), cudaMemcpyDeviceToDevice,
-                               stream),
-               "copy the encoder output");
   } else {
     blocks();
   }
   pass.mark("head input");
 
-  // ---- The head's input ----
+  // ---- The output, padded again, and the head's input ----
+  // Rows b · steps + t as the decoders and EncodedBatch read them; rows past an utterance's
+  // frames are zeros.
+  out.output = gpu::Buffer(pass.bytes(padded_rows * d), stream);
+  gpu::check(cudaMemsetAsync(out.output.data(), 0, pass.bytes(padded_rows * d), stream),
+             "clear the encoder output");
+  gpu::copy_sequence_rows(x, starts_dev, 0, out.output.data(), nullptr, steps, frames_dev, batch,
+                          steps, pass.bytes(d), stream);
   if (w.ctc_head) {
     const int64_t vocab = config.vocab_size;
-    out.head = gpu::Buffer(sizeof(float) * rows * vocab, stream);
-    out.frame_tokens = gpu::Buffer(sizeof(int32_t) * rows, stream);
-    pass.linear_f32_out(x, rows, w.ctc_head->weight, out.head.as<float>());
-    gpu::finish_logits(e, out.head.as<float>(), bias_of(*w.ctc_head), rows, vocab, vocab,
+    out.head = gpu::Buffer(sizeof(float) * padded_rows * vocab, stream);
+    out.frame_tokens = gpu::Buffer(sizeof(int32_t) * padded_rows, stream);
+    pass.linear_f32_out(out.output.data(), padded_rows, w.ctc_head->weight, out.head.as<float>());
+    gpu::finish_logits(e, out.head.as<float>(), bias_of(*w.ctc_head), padded_rows, vocab, vocab,
                        out.frame_tokens.as<int32_t>(), nullptr, stream);
   } else {
-    out.head = gpu::Buffer(pass.bytes(rows * config.joint_hidden), stream);
-    pass.linear(x, rows, w.transducer->encoder_projector, out.head.data());
+    out.head = gpu::Buffer(pass.bytes(padded_rows * config.joint_hidden), stream);
+    pass.linear(out.output.data(), padded_rows, w.transducer->encoder_projector, out.head.data());
   }
   out.batch = batch;
   out.padded_frames = steps;

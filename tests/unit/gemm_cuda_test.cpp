@@ -1,0 +1,58 @@
+// cuBLASLt products (gemm.h) against a double reference, where the algorithm choice changes: the
+// first large shape of a tuning class times the candidates, shapes of the same class take its
+// choice without timing, and each must still compute its own product exactly.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "compute/cuda/cuda.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/gemm.h"
+
+namespace hark::compute::cuda {
+namespace {
+
+std::vector<float> random_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values(n);
+  for (float& value : values) value = uniform(rng);
+  return values;
+}
+
+TEST(GemmCuda, ShapesOfOneTuningClassTakeItsChoiceAndComputeTheirOwnProduct) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  constexpr int64_t k = 96, n = 160;
+  const std::vector<float> w = random_values(n * k, 1), bias = random_values(n, 2);
+  const Buffer w_dev = upload_vector(w), bias_dev = upload_vector(bias);
+  Gemm gemm;
+  // 4096 rows tunes (class 4096: quarter octaves, 512 rows apart between 2048 and 4096); 3700 and
+  // 3585 share its class and take its choice, 4097 starts the next class, 3584 is of the class
+  // below. Each is checked against its own reference, the residual added in place.
+  for (const int64_t m : {4096, 3700, 3585, 4097, 3584}) {
+    const std::vector<float> x = random_values(m * k, static_cast<uint32_t>(m));
+    const std::vector<float> residual = random_values(m * n, static_cast<uint32_t>(m + 7));
+    const Buffer x_dev = upload_vector(x);
+    Buffer y_dev = upload_vector(residual);
+    gemm.linear(Element::f32, x_dev.data(), m, k, w_dev.data(), n, bias_dev.data(), y_dev.data(),
+                Element::f32, y_dev.data(), nullptr);
+    std::vector<float> y(static_cast<size_t>(m * n));
+    download(y_dev.data(), y.size() * sizeof(float), y.data());
+    double worst = 0;
+    for (int64_t row = 0; row < m; ++row) {
+      for (int64_t col = 0; col < n; ++col) {
+        double sum = bias[col] + residual[row * n + col];
+        for (int64_t i = 0; i < k; ++i) sum += double{x[row * k + i]} * w[col * k + i];
+        worst = std::max(worst, std::abs(y[row * n + col] - sum) / (1.0 + std::abs(sum)));
+      }
+    }
+    EXPECT_LT(worst, 1e-5) << m << " rows";
+  }
+}
+
+}  // namespace
+}  // namespace hark::compute::cuda
