@@ -1,6 +1,7 @@
 // cuBLASLt products (gemm.h) against a double reference, where the algorithm choice changes: the
 // first large shape of a tuning class times the candidates, shapes of the same class take its
-// choice without timing, and each must still compute its own product exactly.
+// choice without timing, and each must still compute its own product exactly. And uploads through
+// a staging buffer in parallel pieces (device.h), which the products' inputs take.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -51,6 +52,21 @@ TEST(GemmCuda, ShapesOfOneTuningClassTakeItsChoiceAndComputeTheirOwnProduct) {
       }
     }
     EXPECT_LT(worst, 1e-5) << m << " rows";
+  }
+}
+
+// Sizes below one piece, of several pieces with a partial last one, and a refill of the same
+// staging buffer while the first upload's copies may still run.
+TEST(StagingBufferCuda, UploadFromCopiesEveryPieceToItsPlace) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  StagingBuffer staging;
+  for (const size_t count : {size_t{3}, size_t{1} << 20, (size_t{5} << 18) + 7}) {
+    const std::vector<float> host = random_values(count, static_cast<uint32_t>(count));
+    Buffer device(count * sizeof(float));
+    staging.upload_from(host.data(), count * sizeof(float), device.data(), nullptr);
+    std::vector<float> back(count);
+    download(device.data(), count * sizeof(float), back.data());
+    ASSERT_EQ(back, host) << count << " values";
   }
 }
 

@@ -87,6 +87,10 @@ class StagingBuffer {
   void* prepare(size_t bytes);
   // Queues a copy of its first `bytes` to `device` on `stream`, and finishes the fill's uploads.
   void upload(size_t bytes, void* device, cudaStream_t stream);
+  // Copies `bytes` of host memory to `device` on `stream` by way of this buffer: parallel threads
+  // copy it in, a piece at a time, each piece queued for upload as soon as it is in. Returns once
+  // `host` has been read; the copies to the GPU may still run.
+  void upload_from(const void* host, size_t bytes, void* device, cudaStream_t stream);
   // Queues a copy of `bytes` from `offset` to `device` on `stream`. Safe to call from several
   // threads at once, each for a part it has finished writing; every part of a fill goes on the
   // same stream (throws hark::Error otherwise).

@@ -1,7 +1,11 @@
 #include "compute/cuda/device.h"
 
+#include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
+#include <cstring>
+#include <exception>
 
 #include "base/error.h"
 #include "compute/cuda/cuda.h"
@@ -9,6 +13,10 @@
 namespace hark::compute::cuda {
 
 namespace {
+
+// upload_from's pieces: large enough that a copy's fixed cost is small, small enough that the
+// first copies start while most of the memory is still being copied in.
+constexpr size_t kUploadPieceBytes = size_t{1} << 20;
 
 std::atomic<size_t> in_use{0}, peak{0};
 
@@ -136,6 +144,28 @@ void* StagingBuffer::prepare(size_t bytes) {
 void StagingBuffer::upload(size_t bytes, void* device, cudaStream_t stream) {
   upload_part(0, bytes, device, stream);
   finish_uploads();
+}
+
+void StagingBuffer::upload_from(const void* host, size_t bytes, void* device, cudaStream_t stream) {
+  auto* staged = static_cast<uint8_t*>(prepare(bytes));
+  const auto* source = static_cast<const uint8_t*>(host);
+  auto* target = static_cast<uint8_t*>(device);
+  const auto pieces = static_cast<int64_t>((bytes + kUploadPieceBytes - 1) / kUploadPieceBytes);
+  std::exception_ptr failure;  // exceptions cannot leave the parallel loop
+#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+  for (int64_t piece = 0; piece < pieces; ++piece) {
+    const size_t begin = static_cast<size_t>(piece) * kUploadPieceBytes;
+    const size_t size = std::min(kUploadPieceBytes, bytes - begin);
+    std::memcpy(staged + begin, source + begin, size);
+    try {
+      upload_part(begin, size, target + begin, stream);
+    } catch (...) {
+#pragma omp critical(hark_staging_upload_error)
+      if (!failure) failure = std::current_exception();
+    }
+  }
+  finish_uploads();
+  if (failure) std::rethrow_exception(failure);
 }
 
 void StagingBuffer::upload_part(size_t offset, size_t bytes, void* device, cudaStream_t stream) {

@@ -50,9 +50,11 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   const int layers = config.decoder_layers;
 
   pass.mark("encoder convolutions");
+  // From page-locked memory, in pieces copied in on parallel threads: from the caller's pageable
+  // memory the driver copies through a staging area of its own, several times slower.
   const size_t mel_bytes = sizeof(float) * count * n_mels * in_frames;
   s.mel.reserve(mel_bytes);
-  gpu::upload(mel, mel_bytes, s.mel.data(), pass.stream());
+  s.staging.upload_from(mel, mel_bytes, s.mel.data(), pass.stream());
   s.time_major.reserve(pass.bytes(count * in_frames * n_mels));
   gpu::mel_to_time_major(s.mel.as<float>(), count, n_mels, in_frames, e, s.time_major.data(),
                          pass.stream());
@@ -93,15 +95,17 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
     pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
   }
   // Decoding the batch needs the memory more than a later encode needs these allocations, and the
-  // peak comes with the outputs: the scratch of the layers goes first (s.hidden stays, for the
-  // INT8 path's product).
-  s.mel = {};
-  s.time_major = {};
-  s.unfolded = {};
-  s.conv1 = {};
-  s.h = {};
-  s.qkv = {};
-  s.context = {};
+  // peak comes with the outputs: unless the scratch is small enough to keep, that of the layers
+  // goes first (s.hidden stays, for the INT8 path's product).
+  if (!s.kept()) {
+    s.mel = {};
+    s.time_major = {};
+    s.unfolded = {};
+    s.conv1 = {};
+    s.h = {};
+    s.qkv = {};
+    s.context = {};
+  }
 
   pass.mark("cross-attention K/V");
   out.count = count;

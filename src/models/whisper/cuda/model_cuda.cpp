@@ -119,13 +119,12 @@ class CudaWhisper final : public Model {
     check_windows(mel, count);
     auto batch = std::make_shared<EncodedBatch>();
     {
-      // The scratch (about 50 MB per window for large-v3) is freed afterwards: decoding the batch
-      // needs the memory more than the next encode needs the allocations saved.
+      // A small batch's scratch stays for the next call; a large one's is freed (forward.h).
       std::lock_guard lock(mutex_);
-      EncoderBuffers scratch;
-      cuda::encode(*pass_, config_, weights_, mel.data(), count, cross_kv_storage_, scratch,
+      cuda::encode(*pass_, config_, weights_, mel.data(), count, cross_kv_storage_, scratch_,
                    batch->buffers);
       stream_.synchronize();
+      if (!scratch_.kept()) scratch_.release();
     }
     std::vector<std::shared_ptr<const EncodedWindow>> windows;
     for (int i = 0; i < count; ++i) windows.push_back(std::make_shared<CudaWindow>(this, batch, i));
@@ -189,6 +188,9 @@ class CudaWhisper final : public Model {
   mutable std::mutex mutex_;
   gpu::Stream stream_;
   std::unique_ptr<gpu::Pass> pass_;
+  // Under mutex_: the encoder's scratch (forward.h: kept between calls only when small) and its
+  // staging memory. After stream_, so that it goes first.
+  mutable EncoderBuffers scratch_;
 };
 
 std::vector<float> CudaWindow::frames() const {
