@@ -263,8 +263,8 @@ constexpr int64_t fused_shared_bytes(int rows, int cols) {
 }
 
 // A 16-byte pack of kWidePack<T> values rounded to T (to nearest even, as from_float), as the
-// raw word of one 16-byte store. store_pack builds 16-bit packs from single values and compiles
-// to four 4-byte stores; here pairs convert in one instruction each, straight into the word.
+// raw word of one 16-byte store (shared or global): pairs convert in one instruction each,
+// straight into the word.
 template <class T>
 __device__ __forceinline__ uint4 wide_pack(const float (&in)[kWidePack<T>]) {
   uint32_t words[4];

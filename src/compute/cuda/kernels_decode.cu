@@ -9,7 +9,7 @@
 //    rounding of the normalised rows is what the unfused path (layer_norm, then a product) does.
 //  - A warp owns a tile of kTileRows output rows, its lanes 8 rows × 4, each lane loading 16
 //    bytes of its row per chunk: a warp's load covers 64 contiguous bytes of 8 rows. A warp issues
-//    the loads of kUnroll chunks before using any; the first group is issued before x is staged,
+//    the loads of kUnroll<T> chunks before using any; the first group is issued before x is staged,
 //    so that the staging hides behind the weights' latency.
 //  - F16 and BF16 multiply on tensor cores: a chunk is two mma.m16n8k16, x as A (16 batch rows,
 //    zeros past the batch) and W as B (the tile's 8 rows), accumulating in F32. A dot product does
@@ -42,8 +42,13 @@ constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kTileRows = 8;                  // output rows a warp owns: the mma's n
 constexpr int kLanesPerRow = 32 / kTileRows;  // 4
-constexpr int kUnroll = 8;                    // chunks whose loads a warp has in flight together
-constexpr int kMaxRows = 16;                  // batch rows a launch multiplies: the mma's m
+// Chunks whose loads a warp has in flight together: for 16-bit weights 16 (8 KB a warp), which
+// keeps most of a large-v3 layer's tiles in one round of loads (bench/RESULTS.md: 8 → 16 with one
+// wave, below, took the batch-1 step from 1.74 to 1.55 ms); F32's sums per batch row leave
+// registers for 8 only.
+template <class T>
+constexpr int kUnroll = std::is_same_v<T, float> ? 8 : 16;
+constexpr int kMaxRows = 16;  // batch rows a launch multiplies: the mma's m
 
 // Values in one 16-byte load, and the k a chunk covers (a row's 4 lanes, one load each).
 template <class T>
@@ -264,13 +269,13 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
   const int64_t n_chunks = p.k_pad / kK;
   // The same number of groups for every warp of a tile (the last ones partly empty), so that
   // they all reach the barrier that adds up their sums.
-  const int64_t groups = ceil_div(ceil_div(n_chunks, split), kUnroll);
-  auto chunk_of = [&](int64_t group, int u) { return part + split * (group * kUnroll + u); };
+  const int64_t groups = ceil_div(ceil_div(n_chunks, split), kUnroll<T>);
+  auto chunk_of = [&](int64_t group, int u) { return part + split * (group * kUnroll<T> + u); };
 
-  uint4 w[kUnroll];
+  uint4 w[kUnroll<T>];
   auto load_group = [&](int64_t group) {
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
+    for (int u = 0; u < kUnroll<T>; ++u) {
       const int64_t k = chunk_of(group, u) * kK + t * kP;
       // Streaming loads (evict first): W is read once a step and would only push x and the
       // caches out of L2.
@@ -299,7 +304,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
     for (int64_t group = 0; group < groups; ++group) {
       if (group > 0) load_group(group);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kUnroll<T>; ++u) {
         const int64_t c = chunk_of(group, u);
         if (c >= n_chunks) break;  // the same for the whole warp
         const int64_t k = c * kK;
@@ -344,7 +349,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
     for (int64_t group = 0; group < groups; ++group) {
       if (group > 0) load_group(group);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kUnroll<T>; ++u) {
         const int64_t c = chunk_of(group, u);
         if (c >= n_chunks) break;  // the same for the whole warp
         const int64_t k = c * kK;
@@ -440,8 +445,8 @@ int blocks_by_registers() {
 }
 
 // Splits tiles among warps until the tiles occupy every warp the GPU holds at once (or a
-// tile's warps would get fewer than two chunks each), then launches a block per kWarps / split
-// tiles.
+// tile's warps would get fewer than two chunks each), as long as the blocks fit in one wave,
+// then launches a block per kWarps / split tiles.
 template <class T, int kBatch>
 void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
   const DeviceLimits& limits = device_limits();
@@ -456,6 +461,10 @@ void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
   while (p.split < kWarps && p.split * 2 <= n_chunks && n_tiles * p.split < resident_warps) {
     p.split *= 2;
   }
+  // But no more blocks than run at once: a second wave would wait for the first one's whole
+  // latency (staging x, the loads, the sums), which is most of a small layer's time.
+  const int64_t resident_blocks = limits.multiprocessors * per_multiprocessor;
+  while (p.split > 1 && ceil_div(n_tiles, kWarps / p.split) > resident_blocks) p.split /= 2;
   const int64_t blocks = ceil_div(n_tiles, kWarps / p.split);
   if (blocks > INT32_MAX) fail("decode_linear: ", p.n_out, " output rows are too many");
   // Launched as a programmatic dependent of the kernel before it (which lets it start once all
