@@ -7,36 +7,30 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "compute/cuda/cuda.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm.h"
+#include "support/random_values.h"
 
 namespace hark::compute::cuda {
 namespace {
 
-std::vector<float> random_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> values(n);
-  for (float& value : values) value = uniform(rng);
-  return values;
-}
+using testing::uniform_values;
 
 TEST(GemmCuda, ShapesOfOneTuningClassTakeItsChoiceAndComputeTheirOwnProduct) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   constexpr int64_t k = 96, n = 160;
-  const std::vector<float> w = random_values(n * k, 1), bias = random_values(n, 2);
+  const std::vector<float> w = uniform_values(n * k, 1), bias = uniform_values(n, 2);
   const Buffer w_dev = upload_vector(w), bias_dev = upload_vector(bias);
   Gemm gemm;
   // 4096 rows tunes (class 4096: quarter octaves, 512 rows apart between 2048 and 4096); 3700 and
   // 3585 share its class and take its choice, 4097 starts the next class, 3584 is of the class
   // below. Each is checked against its own reference, the residual added in place.
   for (const int64_t m : {4096, 3700, 3585, 4097, 3584}) {
-    const std::vector<float> x = random_values(m * k, static_cast<uint32_t>(m));
-    const std::vector<float> residual = random_values(m * n, static_cast<uint32_t>(m + 7));
+    const std::vector<float> x = uniform_values(m * k, static_cast<uint32_t>(m));
+    const std::vector<float> residual = uniform_values(m * n, static_cast<uint32_t>(m + 7));
     const Buffer x_dev = upload_vector(x);
     Buffer y_dev = upload_vector(residual);
     gemm.linear(Element::f32, x_dev.data(), m, k, w_dev.data(), n, bias_dev.data(), y_dev.data(),
@@ -61,7 +55,7 @@ TEST(StagingBufferCuda, UploadFromCopiesEveryPieceToItsPlace) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   StagingBuffer staging;
   for (const size_t count : {size_t{3}, size_t{1} << 20, (size_t{5} << 18) + 7}) {
-    const std::vector<float> host = random_values(count, static_cast<uint32_t>(count));
+    const std::vector<float> host = uniform_values(count, static_cast<uint32_t>(count));
     Buffer device(count * sizeof(float));
     staging.upload_from(host.data(), count * sizeof(float), device.data(), nullptr);
     std::vector<float> back(count);

@@ -16,6 +16,7 @@
 #include "features/fft.h"
 #include "features/nemo_mel.h"
 #include "features/whisper_mel.h"
+#include "support/random_values.h"
 
 namespace {
 
@@ -33,11 +34,7 @@ std::vector<float> read_f32(const std::string& path) {
 }
 
 std::vector<float> random_signal(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> signal(n);
-  for (float& v : signal) v = uniform(rng);
-  return signal;
+  return hark::testing::uniform_values(n, seed);
 }
 
 // ---------------------------------------------------------------------------------------------
