@@ -298,6 +298,34 @@ class Outputs {
   int failures_ = 0;
 };
 
+// Files whose audio is decoded together (batches across files) are read a group at a time, each
+// group up to this much audio besides the file that crosses it (an hour: 230 MB of F32 samples
+// at 16 kHz), so that a folder of long recordings never sits in memory whole.
+constexpr double kGroupSeconds = 3600;
+
+// The outputs' inputs, read by `load` (samples at `sample_rate`) a group at a time, and
+// body(indices, recordings) for each group's files that could be read. A file that cannot be read
+// fails alone; a failure in the body fails its group's files.
+template <class Load, class Body>
+void for_each_group(Outputs& outputs, int64_t sample_rate, Load&& load, Body&& body) {
+  const std::vector<std::string>& inputs = outputs.inputs();
+  const auto group_samples = static_cast<size_t>(kGroupSeconds * static_cast<double>(sample_rate));
+  size_t next = 0;
+  while (next < inputs.size()) {
+    std::vector<size_t> loaded;
+    std::vector<std::vector<float>> recordings;
+    size_t samples = 0;
+    for (; next < inputs.size() && samples < group_samples; ++next) {
+      outputs.guarded({next}, [&] {
+        recordings.push_back(load(inputs[next]));
+        loaded.push_back(next);
+        samples += recordings.back().size();
+      });
+    }
+    if (!loaded.empty()) outputs.guarded(loaded, [&] { body(loaded, recordings); });
+  }
+}
+
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
@@ -344,29 +372,24 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
 
   const std::vector<std::string>& inputs = outputs.inputs();
   if (options.batch_size > 1 && inputs.size() > 1) {
-    // Batched mode over several files: their windows share the batches.
-    std::vector<size_t> loaded;
-    std::vector<std::vector<float>> recordings;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      outputs.guarded({i}, [&] {
-        recordings.push_back(audio::load(inputs[i], audio::kSampleRate));
-        loaded.push_back(i);
-      });
-    }
-    outputs.guarded(loaded, [&] {
-      const auto started = Clock::now();
-      std::vector<std::span<const float>> views(recordings.begin(), recordings.end());
-      ProgressLine progress("hark: " + std::to_string(loaded.size()) + " files");
-      options.on_progress = [&progress](double fraction) { progress.update(fraction); };
-      const std::vector<Transcript> transcripts =
-          whisper::transcribe_many(*model, tokenizer, views, options);
-      progress.clear();
-      double audio_seconds = 0;
-      for (const Transcript& transcript : transcripts) audio_seconds += transcript.duration;
-      log_speed(std::to_string(loaded.size()) + " files", audio_seconds, seconds_since(started),
-                "");
-      for (size_t k = 0; k < loaded.size(); ++k) outputs.emit(loaded[k], transcripts[k]);
-    });
+    // Batched mode over several files: the windows of a group of files share the batches.
+    auto load = [](const std::string& input) { return audio::load(input, audio::kSampleRate); };
+    for_each_group(
+        outputs, audio::kSampleRate, load,
+        [&](const std::vector<size_t>& loaded, std::vector<std::vector<float>>& recordings) {
+          const auto started = Clock::now();
+          std::vector<std::span<const float>> views(recordings.begin(), recordings.end());
+          ProgressLine progress("hark: " + std::to_string(loaded.size()) + " files");
+          options.on_progress = [&progress](double fraction) { progress.update(fraction); };
+          const std::vector<Transcript> transcripts =
+              whisper::transcribe_many(*model, tokenizer, views, options);
+          progress.clear();
+          double audio_seconds = 0;
+          for (const Transcript& transcript : transcripts) audio_seconds += transcript.duration;
+          log_speed(std::to_string(loaded.size()) + " files", audio_seconds, seconds_since(started),
+                    "");
+          for (size_t k = 0; k < loaded.size(); ++k) outputs.emit(loaded[k], transcripts[k]);
+        });
     return outputs.failures() == 0 ? 0 : 1;
   }
 
@@ -402,7 +425,7 @@ ParakeetSettings parakeet_settings(const ParsedArgs& args, whisper::Device devic
 }
 
 // Parakeet: each file cut at pauses into pieces its encoder's full attention handles, the pieces
-// (of all the files together, when there are several) transcribed `batch_size` at a time, then
+// (of a group of files together, when there are several) transcribed `batch_size` at a time, then
 // re-cut into subtitle-sized segments by their words.
 int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
                  const std::shared_ptr<const gguf::File>& model_file, Outputs& outputs) {
@@ -441,82 +464,47 @@ int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
     if (samples.empty()) fail("the audio is empty");
     return samples;
   };
-  auto duration_of = [&](const std::vector<float>& samples) {
-    return static_cast<double>(samples.size()) / config.sample_rate;
-  };
 
+  // Files go in groups (for_each_group: a file alone, or many short ones together): their pieces
+  // share the batches (short files would otherwise each run as a batch of one), and each file's
+  // transcript is put back together from its own pieces.
   const std::vector<std::string>& inputs = outputs.inputs();
-  if (batch_size > 1 && inputs.size() > 1) {
-    // Several files: their pieces share the batches (short files would otherwise each run as a
-    // batch of one), and each file's transcript is put back together from its own pieces. A file
-    // that cannot be read fails alone; a failure in the batches fails the files read.
-    std::vector<size_t> loaded;
-    std::vector<std::vector<float>> recordings;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      outputs.guarded({i}, [&] {
-        recordings.push_back(load(inputs[i]));
-        loaded.push_back(i);
+  for_each_group(
+      outputs, config.sample_rate, load,
+      [&](const std::vector<size_t>& loaded, std::vector<std::vector<float>>& recordings) {
+        const auto started = Clock::now();
+        const std::string label = loaded.size() == 1 ? shown_name(inputs[loaded[0]])
+                                                     : std::to_string(loaded.size()) + " files";
+        std::vector<parakeet::Piece> pieces;
+        std::vector<size_t> owner;  // the recording each piece is from
+        for (size_t k = 0; k < recordings.size(); ++k) {
+          for (const parakeet::Piece& piece : pieces_of(recordings[k])) {
+            pieces.push_back(piece);
+            owner.push_back(k);
+          }
+        }
+        log::info(label, ": ", pieces.size(), pieces.size() == 1 ? " piece" : " pieces");
+        ProgressLine progress("hark: " + label);
+        std::vector<Segment> segments = parakeet::transcribe_pieces(
+            *model, pieces, static_cast<size_t>(batch_size), [&](size_t done) {
+              progress.update(static_cast<double>(done) / static_cast<double>(pieces.size()));
+            });
+        progress.clear();
+        std::vector<Transcript> transcripts(recordings.size());
+        double audio_seconds = 0;
+        for (size_t k = 0; k < recordings.size(); ++k) {
+          transcripts[k].duration =
+              static_cast<double>(recordings[k].size()) / static_cast<double>(config.sample_rate);
+          audio_seconds += transcripts[k].duration;
+        }
+        for (size_t j = 0; j < segments.size(); ++j) {
+          if (!segments[j].text.empty())
+            transcripts[owner[j]].segments.push_back(std::move(segments[j]));
+        }
+        log_speed(label, audio_seconds, seconds_since(started), "");
+        for (size_t k = 0; k < loaded.size(); ++k)
+          outputs.emit(loaded[k], split_by_words(transcripts[k]));
       });
-    }
-    if (loaded.empty()) return 1;
-    outputs.guarded(loaded, [&] {
-      const auto started = Clock::now();
-      std::vector<parakeet::Piece> pieces;
-      std::vector<size_t> owner;  // the recording each piece is from
-      for (size_t k = 0; k < recordings.size(); ++k) {
-        for (const parakeet::Piece& piece : pieces_of(recordings[k])) {
-          pieces.push_back(piece);
-          owner.push_back(k);
-        }
-      }
-      log::info(loaded.size(), " files: ", pieces.size(), " pieces");
-      ProgressLine progress("hark: " + std::to_string(loaded.size()) + " files");
-      std::vector<Segment> segments = parakeet::transcribe_pieces(
-          *model, pieces, static_cast<size_t>(batch_size), [&](size_t done) {
-            progress.update(static_cast<double>(done) / static_cast<double>(pieces.size()));
-          });
-      progress.clear();
-      std::vector<Transcript> transcripts(recordings.size());
-      double audio_seconds = 0;
-      for (size_t k = 0; k < recordings.size(); ++k) {
-        transcripts[k].duration = duration_of(recordings[k]);
-        audio_seconds += transcripts[k].duration;
-      }
-      for (size_t j = 0; j < segments.size(); ++j) {
-        if (!segments[j].text.empty()) {
-          transcripts[owner[j]].segments.push_back(std::move(segments[j]));
-        }
-      }
-      log_speed(std::to_string(loaded.size()) + " files", audio_seconds, seconds_since(started),
-                "");
-      for (size_t k = 0; k < loaded.size(); ++k) {
-        outputs.emit(loaded[k], split_by_words(transcripts[k]));
-      }
-    });
-    return outputs.failures() == 0 ? 0 : 1;
-  }
-
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    outputs.guarded({i}, [&] {
-      const auto started = Clock::now();
-      const std::vector<float> samples = load(inputs[i]);
-      const std::vector<parakeet::Piece> pieces = pieces_of(samples);
-      log::info(shown_name(inputs[i]), ": ", pieces.size(),
-                pieces.size() == 1 ? " piece" : " pieces");
-      Transcript transcript;
-      transcript.duration = duration_of(samples);
-      ProgressLine progress("hark: " + shown_name(inputs[i]));
-      for (Segment& segment : parakeet::transcribe_pieces(
-               *model, pieces, static_cast<size_t>(batch_size), [&](size_t done) {
-                 progress.update(static_cast<double>(done) / static_cast<double>(pieces.size()));
-               })) {
-        if (!segment.text.empty()) transcript.segments.push_back(std::move(segment));
-      }
-      progress.clear();
-      log_speed(shown_name(inputs[i]), transcript.duration, seconds_since(started), "");
-      outputs.emit(i, split_by_words(transcript));
-    });
-  }
   return outputs.failures() == 0 ? 0 : 1;
 }
 

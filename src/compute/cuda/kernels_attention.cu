@@ -255,9 +255,11 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
 
   const int first_query = blockIdx.x * kFlashRows;
   const int head = blockIdx.y, sequence = blockIdx.z;
-  // Packed (starts): the sequence's rows begin at starts[sequence] in every tensor, and there are
-  // only its valid ones: a tile past them has nothing to do (the whole block returns at once).
-  if (starts != nullptr && first_query >= min(q_len, static_cast<int>(lengths[sequence]))) return;
+  // The rows that hold this sequence: padded, q_len (those past its length are written as
+  // zeros); packed (starts), only its valid ones, which begin at starts[sequence] in every tensor,
+  // so that a tile past them has nothing to do (the whole block returns at once).
+  const int rows = starts != nullptr ? min(q_len, static_cast<int>(lengths[sequence])) : q_len;
+  if (first_query >= rows) return;
   const int64_t first_row = starts != nullptr ? starts[sequence] : 0;
   const int64_t batch_offset = starts != nullptr ? 0 : sequence;
   q += batch_offset * q_batch_stride + first_row * q_row_stride + head * kHeadDim;
@@ -269,8 +271,6 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
     relative_rows = relative.scores + batch_offset * relative.batch_stride +
                     first_row * relative.row_stride + head * relative.head_stride;
   }
-  // The rows that hold this sequence (padded, the rest of q_len is padding, written as zeros).
-  const int rows = starts != nullptr ? min(q_len, static_cast<int>(lengths[sequence])) : q_len;
   if (lengths != nullptr) {
     q_len = min(q_len, static_cast<int>(lengths[sequence]));
     kv_len = min(kv_len, static_cast<int>(lengths[sequence]));

@@ -3,6 +3,7 @@
 // decoder's single-token step that the batched greedy search captures into a CUDA Graph.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -10,31 +11,20 @@
 
 namespace hark::whisper::cuda {
 
-// Scratch of the encoder. A batch's scratch (about 70 MB per large-v3 window) stays for the next
-// call when it is small; otherwise encode() frees all but `x` and `hidden` past the layers, before
-// it allocates the outputs, and the caller the rest after it: decoding the batch needs the memory
-// more than the next encode needs the allocations saved. `staging` carries the mel up.
+// Scratch of the encoder. A batch whose scratch is small (at most kKeptBytes: a few large-v3
+// windows, about 70 MB each) leaves it for the next call (`kept`); a larger one has encode() free
+// all but `x` and `hidden` past the layers, before it allocates the outputs, and the caller the
+// rest after it: decoding the batch needs the memory more than the next encode needs the
+// allocations saved. `staging` carries the mel up.
 struct EncoderBuffers {
   gpu::Buffer mel, time_major, unfolded, conv1, x, h, qkv, context, hidden;
   gpu::StagingBuffer staging;
+  bool kept = false;  // set by encode()
 
-  size_t bytes() const {
-    size_t total = 0;
-    for (const gpu::Buffer* buffer :
-         {&mel, &time_major, &unfolded, &conv1, &x, &h, &qkv, &context, &hidden}) {
-      total += buffer->bytes();
-    }
-    return total;
-  }
-  // Whether the scratch stays between calls (see above).
-  bool kept() const { return bytes() <= kKeptBytes; }
-  void release() {
-    for (gpu::Buffer* buffer :
-         {&mel, &time_major, &unfolded, &conv1, &x, &h, &qkv, &context, &hidden}) {
-      *buffer = {};
-    }
-  }
   static constexpr size_t kKeptBytes = size_t{256} << 20;
+  std::array<gpu::Buffer*, 9> buffers() {
+    return {&mel, &time_major, &unfolded, &conv1, &x, &h, &qkv, &context, &hidden};
+  }
 };
 
 // How the cross-attention K/V are kept: in the pass's element type, or as INT8 with one F32
@@ -62,7 +52,7 @@ struct EncodedBuffers {
 };
 
 // mel: `count` windows on the host, F32 [count, n_mels, window_frames()], uploaded through the
-// scratch's staging memory. Unless the scratch is kept (EncoderBuffers::kept), what the end of
+// scratch's staging memory. Unless the scratch is kept (EncoderBuffers), what the end of
 // the pass no longer needs is released before the outputs are allocated.
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float* mel, int count,
             CrossKvStorage storage, EncoderBuffers& scratch, EncodedBuffers& out);

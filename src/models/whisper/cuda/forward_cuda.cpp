@@ -97,7 +97,10 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   // Decoding the batch needs the memory more than a later encode needs these allocations, and the
   // peak comes with the outputs: unless the scratch is small enough to keep, that of the layers
   // goes first (s.hidden stays, for the INT8 path's product).
-  if (!s.kept()) {
+  size_t scratch_bytes = 0;
+  for (const gpu::Buffer* buffer : s.buffers()) scratch_bytes += buffer->bytes();
+  s.kept = scratch_bytes <= EncoderBuffers::kKeptBytes;
+  if (!s.kept) {
     s.mel = {};
     s.time_major = {};
     s.unfolded = {};

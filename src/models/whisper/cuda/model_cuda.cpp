@@ -124,7 +124,9 @@ class CudaWhisper final : public Model {
       cuda::encode(*pass_, config_, weights_, mel.data(), count, cross_kv_storage_, scratch_,
                    batch->buffers);
       stream_.synchronize();
-      if (!scratch_.kept()) scratch_.release();
+      if (!scratch_.kept) {
+        for (gpu::Buffer* buffer : scratch_.buffers()) *buffer = {};
+      }
     }
     std::vector<std::shared_ptr<const EncodedWindow>> windows;
     for (int i = 0; i < count; ++i) windows.push_back(std::make_shared<CudaWindow>(this, batch, i));
