@@ -54,6 +54,11 @@ const Option bench_options[] = {
      "Parakeet: at the end, S seconds of audio (3600: an hour) made of\n"
      "utterances of 10 to 30 s, batched longest first by each --batches\n"
      "size and run through the pipeline, as hark run batches many files."},
+    {"products", 0, "",
+     "GPU, instead of a model: the first feed-forward product of the\n"
+     "benchmark models with its activation (Parakeet: SiLU, Whisper:\n"
+     "GELU), timed as cuBLASLt's product, that product and the activation\n"
+     "kernel, and one Hopper kernel with the activation in its epilogue."},
 };
 
 constexpr std::string_view whisper_only_options[] = {"tokens", "windows"};
@@ -478,6 +483,10 @@ int bench_whisper(const ParsedArgs& args, const std::string& name, const std::st
 
 int bench(const ParsedArgs& args) {
   if (!args.positionals.empty()) usage_fail("unexpected argument '", args.positionals[0], "'");
+  if (args.has("products")) {
+    std::fputs(compute::cuda::time_activation_products().c_str(), stdout);
+    return 0;
+  }
   const std::string name = args.value_or("model", "base");
   const TemporaryFile model_file{(std::filesystem::temp_directory_path() /
                                   ("hark-bench-" + std::to_string(getpid()) + ".gguf"))
@@ -492,7 +501,7 @@ const Command bench_command{
     "bench",
     "Time a Whisper or Parakeet configuration with random weights (no download).",
     "hark bench [--model NAME] [--type TYPE] [--device D] [--batches LIST] [--tokens N | "
-    "--seconds S]",
+    "--seconds S] [--products]",
     bench_description,
     bench_options,
     bench,

@@ -125,9 +125,9 @@ std::vector<int32_t> download_ints(const int32_t* device, size_t count, cudaStre
   return values;
 }
 
-// The device search (start_search, transducer_rows, transducer_decide, still_decoding,
-// take_emissions) with the table in place of the joint network, one step at a time; checks
-// every step's rows and tokens on the way.
+// The device search (start_search, transducer_decide, still_decoding, take_emissions) with the
+// table in place of the joint network's head, one step at a time; checks on the way which frames
+// every step's joint hidden layer (joint_hidden) reads, and the tokens fed to the prediction.
 Decoded decode_on_device(const Config& config, const TableShape& shape,
                          const std::vector<int64_t>& frames, const EmissionPattern* pattern,
                          int window) {
@@ -144,8 +144,24 @@ Decoded decode_on_device(const Config& config, const TableShape& shape,
   const gpu::TransducerState state = search.state();
 
   const int64_t n = int64_t{batch} * window;
-  gpu::Buffer rows(sizeof(int32_t) * 2 * n), tokens(sizeof(int32_t) * n),
-      durations(sizeof(int32_t) * n), ids(sizeof(int32_t) * batch);
+  // joint_hidden's inputs made to name their rows: encoder row r is (r, 0), utterance b's
+  // prediction (0, b), so that hidden row i is (the encoder row it read, the prediction's);
+  // exact in F32, and no sum is negative, so the ReLU keeps them.
+  constexpr int64_t kCols = 2;
+  std::vector<float> encoder_rows(static_cast<size_t>(batch * encoded.padded_frames * kCols), 0);
+  for (int64_t r = 0; r < batch * encoded.padded_frames; ++r) {
+    encoder_rows[r * kCols] = static_cast<float>(r);
+  }
+  std::vector<float> prediction_rows(static_cast<size_t>(batch * kCols), 0);
+  for (int b = 0; b < batch; ++b) prediction_rows[b * kCols + 1] = static_cast<float>(b);
+  gpu::Buffer encoder(sizeof(float) * encoder_rows.size()),
+      prediction(sizeof(float) * prediction_rows.size()), hidden(sizeof(float) * n * kCols);
+  gpu::upload(encoder_rows.data(), sizeof(float) * encoder_rows.size(), encoder.data(),
+              stream.get());
+  gpu::upload(prediction_rows.data(), sizeof(float) * prediction_rows.size(), prediction.data(),
+              stream.get());
+  gpu::Buffer tokens(sizeof(int32_t) * n), durations(sizeof(int32_t) * n),
+      ids(sizeof(int32_t) * batch);
   std::vector<int32_t> count, host_tokens(n), host_durations(n);
   std::vector<std::vector<int32_t>> fed(batch);  // the ids each utterance's prediction took
   Decoded out;
@@ -159,17 +175,20 @@ Decoded decode_on_device(const Config& config, const TableShape& shape,
     }
     ++out.steps;
     const std::vector<int32_t> frame = download_ints(state.frame, batch, stream.get());
-    gpu::transducer_rows(state, batch, window, encoded.padded_frames, rows.as<int32_t>(),
-                         stream.get());
-    const std::vector<int32_t> row = download_ints(rows.as<int32_t>(), 2 * n, stream.get());
+    gpu::joint_hidden(gpu::Element::f32, encoder.data(), encoded.padded_frames, prediction.data(),
+                      state, batch, window, kCols, hidden.data(), stream.get());
+    std::vector<float> row(static_cast<size_t>(n * kCols));
+    gpu::download(hidden.data(), sizeof(float) * row.size(), row.data(), stream.get());
+    gpu::check(cudaStreamSynchronize(stream.get()), "download");
     for (int b = 0; b < batch; ++b) {
       for (int w = 0; w < window; ++w) {
         const int64_t i = int64_t{b} * window + w;
         const int64_t want = std::min<int64_t>(frame[b] + w, std::max<int64_t>(frames[b] - 1, 0));
-        EXPECT_EQ(row[i], b * encoded.padded_frames + want) << "utterance " << b << " w " << w;
-        EXPECT_EQ(row[n + i], b) << "utterance " << b << " w " << w;
+        const auto encoder_row = static_cast<int64_t>(row[i * kCols]);
+        EXPECT_EQ(encoder_row, b * encoded.padded_frames + want) << "utterance " << b << " w " << w;
+        EXPECT_EQ(static_cast<int64_t>(row[i * kCols + 1]), b) << "utterance " << b << " w " << w;
         // The joint network at that row, from the table.
-        const int64_t at = row[i] - b * encoded.padded_frames;
+        const int64_t at = encoder_row - b * encoded.padded_frames;
         const Decision d = decision_at(config, shape, b, at, count[b]);
         host_tokens[i] = d.token;
         // Garbage where a TDT table has none: RNN-T must not read it.

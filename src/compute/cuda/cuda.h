@@ -25,6 +25,13 @@ std::string profile_report();
 // Empties that table (after a warm-up, whose first calls set things up).
 void reset_profile();
 
+// `hark bench --products`: the first feed-forward product of the benchmark models (Parakeet's,
+// with SiLU; Whisper large-v3's encoder, with GELU) over a benchmark batch's rows, timed as
+// cuBLASLt's product alone, followed by the activation kernel, and as the one Hopper kernel with
+// the activation in its epilogue (compute/cuda/gemm_sm90.h): a table, one line per product.
+// Throws without a usable GPU.
+std::string time_activation_products();
+
 // Bracket the work that an external profiler started with collection off measures (Nsight
 // Compute's --profile-from-start off): `hark bench` brackets its last timed runs. Without such a
 // profiler, or without CUDA, they do nothing.

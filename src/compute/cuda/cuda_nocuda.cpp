@@ -1,5 +1,7 @@
 #include "compute/cuda/cuda.h"
 
+#include "base/error.h"
+
 namespace hark::compute::cuda {
 
 bool available() {
@@ -19,6 +21,9 @@ std::string profile_report() {
   return "";
 }
 void reset_profile() {}
+std::string time_activation_products() {
+  fail("hark was built without CUDA: no products to time");
+}
 void profiler_start() {}
 void profiler_stop() {}
 

@@ -248,7 +248,7 @@ void Stream::synchronize() const {
 }
 
 void require_device() {
-  if (!available()) fail("no usable GPU: ", describe());
+  if (!available()) fail(describe());  // which says that no GPU is usable, and why
   check(cudaSetDevice(0), "select GPU 0");
 }
 

@@ -1,5 +1,6 @@
 // What the CUDA kernel files share: element types (conversions, and the dispatch from Element to
-// a storage type), warp reductions, and the two halves of programmatic dependent launch.
+// a storage type), packs and launch shapes, ReLU, warp reductions, and the two halves of
+// programmatic dependent launch.
 // Conversions: every kernel loads its storage type (float, half, bfloat16) into F32 registers,
 // computes in F32, and rounds once when it stores.
 #pragma once
@@ -57,6 +58,23 @@ void with_type(Element e, F&& f) {
       return;
   }
   fail("CUDA kernels: unknown element type ", static_cast<int>(e));
+}
+
+// ReLU that keeps NaN (as the CPU ops do) instead of turning it into 0.
+__device__ __forceinline__ float relu_value(float x) {
+  return x < 0.0f ? 0.0f : x;
+}
+
+// The activations as the models define them (the CPU ops' formulas): x · σ(x), and GELU with
+// erf, not its tanh approximation.
+__device__ __forceinline__ float sigmoid_value(float x) {
+  return 1.0f / (1.0f + expf(-x));
+}
+__device__ __forceinline__ float silu_value(float x) {
+  return x * sigmoid_value(x);
+}
+__device__ __forceinline__ float gelu_value(float x) {
+  return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
 
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {

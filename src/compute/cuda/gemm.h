@@ -60,8 +60,9 @@ class Gemm {
   };
   Plan& plan(const Shape& shape);
   // Times the plan's candidates on these inputs, once, and keeps the fastest (gemm_cuda.cpp).
-  // y_is_input: y holds the residual, which the candidates must not overwrite.
-  void tune(Plan& p, const void* x, const void* w, void* y, bool y_is_input, cudaStream_t stream);
+  // residual (null: none) may be y, which the candidates must then not overwrite.
+  void tune(Plan& p, const void* x, const void* w, const void* residual, void* y,
+            cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   Buffer workspace_;

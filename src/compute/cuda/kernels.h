@@ -103,7 +103,10 @@ struct RelativeScores {
 // `starts` (a device array; needs lengths): sequence b's rows begin at row starts[b] of q, k, v,
 // out and the relative scores (batch strides unused), and only its lengths[b] rows exist and are
 // written; steps is the longest length. With `relative`, its scores are added to q·k (both then
-// scaled). For what padded_attention_runs accepts (16-bit
+// scaled). With `query_bias` [heads, head_dim] (element type; null: none), row h is added to
+// every query of head h as it is loaded, the sum rounded to the element type: the scores are
+// those of q + query_bias (relative-position attention's content bias on queries that hold
+// another bias, Pass::rel_pos_attention). For what padded_attention_runs accepts (16-bit
 // elements, head_dim 64 or 128); its pointers must be 16-byte aligned and its strides multiples
 // of 8 elements, or it fails.
 bool padded_attention_runs(Element e, int head_dim);
@@ -111,8 +114,8 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
                       const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
                       void* out, int64_t out_row_stride, int64_t out_batch_stride,
                       const int32_t* lengths, const int32_t* starts, const RelativeScores* relative,
-                      int batch, int heads, int head_dim, int64_t steps, float scale,
-                      cudaStream_t stream);
+                      const void* query_bias, int batch, int heads, int head_dim, int64_t steps,
+                      float scale, cudaStream_t stream);
 
 // One query per sequence (a decode step): q [batch, heads · head_dim] (row stride q_stride),
 // keys/values of sequence b at k/v + b · kv_batch_stride, one row per position kv_row_stride

@@ -52,6 +52,22 @@ __device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float low, float hi
   return bits;
 }
 
+// The two values of such a register as F32, `low` in x.
+template <class T>
+__device__ __forceinline__ float2 unpack_pair(uint32_t bits);
+template <>
+__device__ __forceinline__ float2 unpack_pair<__half>(uint32_t bits) {
+  __half2 pair;
+  memcpy(&pair, &bits, sizeof pair);
+  return __half22float2(pair);
+}
+template <>
+__device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
+  __nv_bfloat162 pair;
+  memcpy(&pair, &bits, sizeof pair);
+  return __bfloat1622float2(pair);
+}
+
 // Eight consecutive elements as raw bits (16 or 32 bytes): whole 16-byte vectors when kVector
 // (16-byte aligned), element by element otherwise. Kept raw until used, so that loads for the
 // next keys can be in flight in few registers.
@@ -224,10 +240,35 @@ struct RelativeRows {
   int steps;
 };
 
+// Adds one head's query bias (its columns) to a warp's A fragments of Q, each sum rounded to T
+// as a query loaded from memory is: per 16-column step, registers 0 and 1 hold columns 2c and
+// 2c + 1 (rows g and g + 8), registers 2 and 3 columns 2c + 8 and 2c + 9 (c = pair). Once per
+// block, so the bias costs the kernel nothing per key tile.
+template <class T, int kRowBlocks, int kDimSteps>
+__device__ __forceinline__ void add_query_bias(uint32_t (&fragments)[kRowBlocks][kDimSteps][4],
+                                               const T* bias, int pair) {
+#pragma unroll
+  for (int step = 0; step < kDimSteps; ++step) {
+    const T* columns = bias + step * 16 + pair * 2;
+    const float2 low = unpack_pair<T>(*reinterpret_cast<const uint32_t*>(columns));
+    const float2 high = unpack_pair<T>(*reinterpret_cast<const uint32_t*>(columns + 8));
+#pragma unroll
+    for (int rb = 0; rb < kRowBlocks; ++rb) {
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float2 add = r < 2 ? low : high;
+        const float2 value = unpack_pair<T>(fragments[rb][step][r]);
+        fragments[rb][step][r] = pack_pair<T>(value.x + add.x, value.y + add.y);
+      }
+    }
+  }
+}
+
 // With kRelative, each score q·k gets its relative-position score added first; the scores a key
 // tile needs (a shifted band of 128 rows) are staged in shared memory with its keys and values.
 // With `lengths` (null: q_len and kv_len for every sequence), sequence b has lengths[b] valid
-// queries and keys, and its query rows from there to q_len are written as zeros.
+// queries and keys, and its query rows from there to q_len are written as zeros. With
+// `query_bias` (null: none), row h of it is added to the queries of head h (add_query_bias).
 template <class T, int kHeadDim, bool kRelative>
 __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
                                   FlashShape<kHeadDim>::kBlocksPerSm)
@@ -236,7 +277,8 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
                            int64_t kv_batch_stride, T* __restrict__ out, int64_t out_row_stride,
                            int64_t out_batch_stride, int q_len, int kv_len,
                            const int32_t* __restrict__ lengths, const int32_t* __restrict__ starts,
-                           RelativeRows<T> relative, float scale_log2, bool causal) {
+                           RelativeRows<T> relative, const T* __restrict__ query_bias,
+                           float scale_log2, bool causal) {
   using Shape = FlashShape<kHeadDim>;
   constexpr int kRowBlocks = Shape::kRowBlocks;
   constexpr int kThreads = Shape::kThreads;
@@ -366,6 +408,9 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
                          q_tile + (warp_row + rb * 16 + matrix_row + (matrix & 1) * 8) * kStride +
                              step * 16 + (matrix >> 1) * 8);
         }
+      }
+      if (query_bias != nullptr) {
+        add_query_bias<T>(q_fragments, query_bias + int64_t{head} * kHeadDim, pair);
       }
     }
     const T* const k_tile = k_tiles + buffer * kFlashKeys * kStride;
@@ -952,6 +997,7 @@ struct AttentionArguments {
   const int32_t* lengths = nullptr;          // padded_attention's
   const int32_t* starts = nullptr;           // padded_attention's, packed
   const RelativeScores* relative = nullptr;  // padded_attention's
+  const void* query_bias = nullptr;          // padded_attention's
 };
 
 AttentionArguments attention_arguments(const void* q, int64_t q_row_stride, int64_t q_batch_stride,
@@ -998,7 +1044,7 @@ void launch_flash_kernel(const AttentionArguments& a, cudaStream_t stream) {
       static_cast<const T*>(a.q), a.q_row_stride, a.q_batch_stride, static_cast<const T*>(a.k),
       static_cast<const T*>(a.v), a.kv_row_stride, a.kv_batch_stride, static_cast<T*>(a.out),
       a.out_row_stride, a.out_batch_stride, a.q_len, a.kv_len, a.lengths, a.starts, relative,
-      a.scale * kLog2e, a.causal);
+      static_cast<const T*>(a.query_bias), a.scale * kLog2e, a.causal);
   check_launch("flash attention");
 }
 
@@ -1143,8 +1189,8 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
                       const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
                       void* out, int64_t out_row_stride, int64_t out_batch_stride,
                       const int32_t* lengths, const int32_t* starts, const RelativeScores* relative,
-                      int batch, int heads, int head_dim, int64_t steps, float scale,
-                      cudaStream_t stream) {
+                      const void* query_bias, int batch, int heads, int head_dim, int64_t steps,
+                      float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0 || steps <= 0) return;
   AttentionArguments a = attention_arguments(
       q, q_row_stride, q_batch_stride, k, v, kv_row_stride, kv_batch_stride, out, out_row_stride,
@@ -1152,10 +1198,12 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
   a.lengths = lengths;
   a.starts = lengths != nullptr ? starts : nullptr;
   a.relative = relative;
+  a.query_bias = query_bias;
   if (!padded_attention_runs(e, head_dim) || !(scale > 0.0f) || !flash_aligned(a) ||
       (relative != nullptr &&
        (!aligned(relative->scores, 16) || relative->row_stride % 8 != 0 ||
-        relative->head_stride % 8 != 0 || relative->batch_stride % 8 != 0))) {
+        relative->head_stride % 8 != 0 || relative->batch_stride % 8 != 0)) ||
+      (query_bias != nullptr && !aligned(query_bias, 16))) {
     fail(
         "padded attention: needs F16/BF16, head_dim 64 or 128, scale > 0 and 16-byte aligned "
         "rows (got head_dim ",

@@ -26,11 +26,6 @@ __device__ __forceinline__ float sigmoid(float x) {
   return 1.0f / (1.0f + expf(-x));
 }
 
-// ReLU that keeps NaN (as the CPU ops do) instead of turning it into 0.
-__device__ __forceinline__ float relu_value(float x) {
-  return x < 0.0f ? 0.0f : x;
-}
-
 // ---- Convolutional subsampling ----------------------------------------------------------------
 
 // Both subsampling convolutions. A block computes a tile of up to tile_rows × tile_cols output
@@ -528,28 +523,6 @@ void launch_map(Element e, void* x, int64_t n, float factor, cudaStream_t stream
   check_launch("elementwise map");
 }
 
-// Rows along grid y, packs of N channels along x: no index is divided.
-template <class T, int N>
-__global__ void biased_queries_kernel(const T* q, int64_t q_row_stride, int64_t rows, int64_t width,
-                                      const T* bias_u, const T* bias_v, T* y) {
-  const int64_t packs = width / N;
-  HARK_ROW_LOOP(r, rows) {
-    HARK_PACK_LOOP(pack, packs) {
-      float value[N], u[N], v[N];
-      load_pack(q + r * q_row_stride + pack * N, value);
-      load_pack(bias_u + pack * N, u);
-      load_pack(bias_v + pack * N, v);
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        u[i] += value[i];
-        v[i] += value[i];
-      }
-      store_pack(u, y + r * 2 * width + pack * N);
-      store_pack(v, y + r * 2 * width + width + pack * N);
-    }
-  }
-}
-
 // ---- The conv module's GLU and depthwise 1-D convolution --------------------------------------
 //
 // One block per (tile of kGluTileSteps steps, slice of kGluSlicePacks packs of kGluPack channels,
@@ -773,8 +746,8 @@ __global__ void __launch_bounds__(kAttentionWarps * 32)
     const int64_t i = first_query + r;
     const float value =
         i < length ? to_float(q[(sequence_row + i) * row_stride + head_offset + d]) : 0.0f;
-    q_u[r * pitch + d] = value + to_float(bias_u[head_offset + d]);
-    q_v[r * pitch + d] = value + to_float(bias_v[head_offset + d]);
+    q_u[r * pitch + d] = value + (bias_u != nullptr ? to_float(bias_u[head_offset + d]) : 0.0f);
+    q_v[r * pitch + d] = value + (bias_v != nullptr ? to_float(bias_v[head_offset + d]) : 0.0f);
   }
 
   float output[kQueriesPerWarp][kColumnsPerLane];
@@ -915,12 +888,12 @@ __device__ void block_best(float& value, int64_t& index, float* values, int64_t*
 
 // One block per row: every thread scans its columns, then the block reduces.
 template <class T>
-__global__ void finish_logits_kernel(float* logits, const T* bias, int64_t rows, int64_t cols,
-                                     int64_t split, int32_t* first, int32_t* second) {
+__global__ void finish_logits_kernel(float* logits, int64_t row_stride, const T* bias, int64_t rows,
+                                     int64_t cols, int64_t split, int32_t* first, int32_t* second) {
   __shared__ float best_values[kThreads / 32];
   __shared__ int64_t best_indices[kThreads / 32];
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    float* line = logits + row * cols;
+    float* line = logits + row * row_stride;
     float token_value = -INFINITY, duration_value = -INFINITY;
     int64_t token = LLONG_MAX, duration = LLONG_MAX;
     for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
@@ -963,18 +936,6 @@ __global__ void lstm_cell_kernel(const T* gates, const T* input_gates, const int
     const float cell = forget_gate * c[i] + input_gate * candidate;
     c[i] = cell;
     h[i] = from_float<T>(output_gate * tanhf(cell));
-  }
-}
-
-template <class T>
-__global__ void joint_hidden_kernel(const T* encoder, const T* prediction, const int32_t* rows,
-                                    int64_t n, int64_t cols, T* y) {
-  const int64_t count = n * cols;
-  HARK_FLAT_LOOP(i, count) {
-    const int64_t step = i / cols, c = i % cols;
-    const float sum = to_float(encoder[static_cast<int64_t>(rows[step]) * cols + c]) +
-                      to_float(prediction[static_cast<int64_t>(rows[n + step]) * cols + c]);
-    y[i] = from_float<T>(relu_value(sum));
   }
 }
 
@@ -1062,28 +1023,6 @@ void silu(Element e, void* x, int64_t n, cudaStream_t stream) {
 
 void scale(Element e, void* x, int64_t n, float factor, cudaStream_t stream) {
   launch_map<Map::scale>(e, x, n, factor, stream);
-}
-
-void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows, int64_t width,
-                    const void* bias_u, const void* bias_v, void* y, cudaStream_t stream) {
-  if (rows <= 0 || width <= 0) return;
-  with_type(e, [&](auto type) {
-    using T = decltype(type);
-    auto launch = [&](auto pack) {
-      constexpr int N = decltype(pack)::value;
-      const RowLaunch shape = row_launch(rows, width / N);
-      biased_queries_kernel<T, N><<<shape.grid, shape.block, 0, stream>>>(
-          static_cast<const T*>(q), q_row_stride, rows, width, static_cast<const T*>(bias_u),
-          static_cast<const T*>(bias_v), static_cast<T*>(y));
-    };
-    if (packable(width, kWidePack<T>, sizeof(T), {q, bias_u, bias_v, y}) &&
-        q_row_stride % kWidePack<T> == 0) {
-      launch(std::integral_constant<int, kWidePack<T>>{});
-    } else {
-      launch(std::integral_constant<int, 1>{});
-    }
-  });
-  check_launch("biased_queries");
 }
 
 void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, int64_t channels,
@@ -1183,14 +1122,15 @@ void copy_sequence_rows(const void* x, const int32_t* x_starts, int64_t x_steps,
   check_launch("copy_sequence_rows");
 }
 
-void finish_logits(Element e, float* logits, const void* bias, int64_t rows, int64_t cols,
-                   int64_t split, int32_t* first, int32_t* second, cudaStream_t stream) {
+void finish_logits(Element e, float* logits, int64_t row_stride, const void* bias, int64_t rows,
+                   int64_t cols, int64_t split, int32_t* first, int32_t* second,
+                   cudaStream_t stream) {
   if (rows <= 0) return;
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(rows, 65535));
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    finish_logits_kernel<T><<<blocks, kThreads, 0, stream>>>(logits, static_cast<const T*>(bias),
-                                                             rows, cols, split, first, second);
+    finish_logits_kernel<T><<<blocks, kThreads, 0, stream>>>(
+        logits, row_stride, static_cast<const T*>(bias), rows, cols, split, first, second);
   });
   check_launch("finish_logits");
 }
@@ -1206,19 +1146,6 @@ void lstm_cell(Element e, const void* gates, const void* input_gates, const int3
         static_cast<T*>(h));
   });
   check_launch("lstm_cell");
-}
-
-void joint_hidden(Element e, const void* encoder, const void* prediction, const int32_t* rows,
-                  int64_t n, int64_t cols, void* y, cudaStream_t stream) {
-  const int64_t count = n * cols;
-  if (count <= 0) return;
-  with_type(e, [&](auto type) {
-    using T = decltype(type);
-    joint_hidden_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
-        static_cast<const T*>(encoder), static_cast<const T*>(prediction), rows, n, cols,
-        static_cast<T*>(y));
-  });
-  check_launch("joint_hidden");
 }
 
 }  // namespace hark::compute::cuda

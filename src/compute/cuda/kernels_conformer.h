@@ -104,8 +104,8 @@ void glu_depthwise_conv1d(Element e, const void* x, int batch, int64_t steps, in
 // docs/parakeet.md 4.3). Row t of sequence b of q, k and v is at q + (b·steps + t)·row_stride
 // (likewise k, v: slices of one fused projection), head h at columns h·head_dim ...; p [2·steps
 // − 1, heads·head_dim] (row stride p_row_stride) is the projected position table, row
-// steps − 1 − r for position r. With u, v' the rows h of bias_u, bias_v [heads, head_dim], for
-// query i < lengths[b] and keys j < lengths[b]:
+// steps − 1 − r for position r. With u, v' the rows h of bias_u, bias_v [heads, head_dim] (either
+// null: zeros), for query i < lengths[b] and keys j < lengths[b]:
 //   score[i, j] = scale · ((q_i + u)·k_j + (q_i + v')·p[steps − 1 − i + j])
 //   out_i = Σ_j softmax_j(score[i, :])_j · v_j
 // at out + (b·steps + i)·out_row_stride + h·head_dim; queries at or past lengths[b] get zeros
@@ -126,21 +126,16 @@ void copy_sequence_rows(const void* x, const int32_t* x_starts, int64_t x_steps,
                         const int32_t* y_starts, int64_t y_steps, const int32_t* lengths, int batch,
                         int64_t max_length, int64_t row_bytes, cudaStream_t stream);
 
-// The two biased queries of relative-position attention for the tensor-core path (the product of
-// q + v' with the position table runs as a GEMM): for `rows` rows of q (row stride
-// q_row_stride) of `width` values, y[r, 0:width] = q[r] + bias_u and y[r, width:2·width] =
-// q[r] + bias_v, rounded to element type e. y [rows, 2·width] dense.
-void biased_queries(Element e, const void* q, int64_t q_row_stride, int64_t rows, int64_t width,
-                    const void* bias_u, const void* bias_v, void* y, cudaStream_t stream);
-
 // ---- Heads ------------------------------------------------------------------------------------
 
 // Finishes F32 logits [rows, cols] in place and picks from them: logits[r, :] += bias (element
 // type e, [cols]; null: none), then first[r] = argmax over columns [0, split) and, when `second`
 // is not null, second[r] = argmax over [split, cols) counted from split (TDT's durations). Ties
-// go to the lowest index, as torch.argmax.
-void finish_logits(Element e, float* logits, const void* bias, int64_t rows, int64_t cols,
-                   int64_t split, int32_t* first, int32_t* second, cudaStream_t stream);
+// go to the lowest index, as torch.argmax. Row r starts at logits + r · row_stride (≥ cols: a
+// head padded to aligned rows); the columns from cols to row_stride are neither read nor written.
+void finish_logits(Element e, float* logits, int64_t row_stride, const void* bias, int64_t rows,
+                   int64_t cols, int64_t split, int32_t* first, int32_t* second,
+                   cudaStream_t stream);
 
 // PyTorch's LSTM cell for the rows whose ids[b] ≥ 0 (the others keep h and c): with gates
 // [batch, 4·hidden] = x·W_ihᵀ + b_ih + h·W_hhᵀ + b_hh in the order i, f, g, o,
@@ -152,12 +147,6 @@ void finish_logits(Element e, float* logits, const void* bias, int64_t rows, int
 // [batch, hidden], gates and input_gates are of element type e.
 void lstm_cell(Element e, const void* gates, const void* input_gates, const int32_t* ids,
                int64_t batch, int64_t hidden, float* c, void* h, cudaStream_t stream);
-
-// The joint network's hidden layer for n decoding steps: y[i, :] = ReLU(encoder[rows[i], :] +
-// prediction[rows[n + i], :]), rows of `cols` values (rows: n encoder rows, then n prediction
-// rows).
-void joint_hidden(Element e, const void* encoder, const void* prediction, const int32_t* rows,
-                  int64_t n, int64_t cols, void* y, cudaStream_t stream);
 
 // ---- Greedy transducer search (kernels_transducer.cu) -----------------------------------------
 //
@@ -197,15 +186,20 @@ struct TransducerState {
   int32_t* decoding = nullptr;  // one value: the utterances not yet done after the last step
 };
 
-// The joint network's rows for a step (joint_hidden's `rows`, n = batch · window): for utterance
-// b and w < window, rows[b · window + w] = b · padded_frames + min(frame[b] + w, frames[b] − 1)
-// (the encoder row; clamped, since a window may reach past the last frame, where the search
-// never reads), rows[n + b · window + w] = b (the prediction's row).
-void transducer_rows(TransducerState state, int batch, int window, int64_t padded_frames,
-                     int32_t* rows, cudaStream_t stream);
+// The joint network's hidden layer for a step, batch · window rows of `cols` values: for
+// utterance b and w < window,
+//   y[b · window + w, :] = ReLU(encoder[b · padded_frames + min(frame[b] + w, frames[b] − 1), :]
+//                               + prediction[b, :])
+// with encoder [batch · padded_frames, cols] (the encoder's projection) and prediction
+// [batch, cols] (each utterance's projected prediction). The frame is clamped: a window may reach
+// past the last frame, where the search never reads (an utterance without frames, which never
+// decodes, reads its first row). y must not alias an input.
+void joint_hidden(Element e, const void* encoder, int64_t padded_frames, const void* prediction,
+                  TransducerState state, int batch, int window, int64_t cols, void* y,
+                  cudaStream_t stream);
 
 // Takes each utterance's decisions for one step: tokens[b · window + w] is the argmax of the
-// token logits of transducer_rows' row b · window + w, durations likewise of the duration logits
+// token logits of joint_hidden's row b · window + w, durations likewise of the duration logits
 // (TDT; ignored for RNN-T). From frame[b], while the utterance is not done (frame < T and steps <
 // max_symbols_per_step · T) and the frame lies in the window, applies one decision as
 // TransducerSearch::decide does (counting it in steps), appending what it emits; it stops after a

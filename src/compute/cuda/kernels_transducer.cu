@@ -1,12 +1,13 @@
 // Greedy RNN-T / TDT search on the device (kernels_conformer.h, "Greedy transducer search"): the
-// joint network's rows of a look-ahead window, and the decisions over it. The rules are those of
-// models/parakeet/greedy.cpp (TransducerSearch) and models/parakeet/model.cpp
+// joint network's hidden layer over a look-ahead window, and the decisions over it. The rules are
+// those of models/parakeet/greedy.cpp (TransducerSearch) and models/parakeet/model.cpp
 // (EmissionPattern::token), which the CPU model runs; they are repeated here line for line, and
 // tests/unit/parakeet_transducer_cuda_test.cpp drives both from the same decisions.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
@@ -16,18 +17,28 @@ namespace hark::compute::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;
-
-__global__ void transducer_rows_kernel(TransducerState state, int batch, int window,
-                                       int64_t padded_frames, int32_t* rows) {
-  const int64_t n = static_cast<int64_t>(batch) * window;
-  HARK_FLAT_LOOP(i, n) {
+// Rows along grid y, packs of N columns along x: a row finds its encoder frame once, and no
+// index is divided per value.
+template <class T, int N>
+__global__ void joint_hidden_kernel(const T* encoder, int64_t padded_frames, const T* prediction,
+                                    TransducerState state, int window, int64_t rows, int64_t cols,
+                                    T* y) {
+  const int64_t packs = cols / N;
+  HARK_ROW_LOOP(i, rows) {
     const int64_t b = i / window, w = i % window;
     // max(…, 0): an utterance without frames never decodes; its rows only have to be valid.
     const int64_t last = max(static_cast<int64_t>(state.frames[b]) - 1, int64_t{0});
     const int64_t frame = min(static_cast<int64_t>(state.frame[b]) + w, last);
-    rows[i] = static_cast<int32_t>(b * padded_frames + frame);
-    rows[n + i] = static_cast<int32_t>(b);
+    const T* encoder_row = encoder + (b * padded_frames + frame) * cols;
+    const T* prediction_row = prediction + b * cols;
+    HARK_PACK_LOOP(pack, packs) {
+      float sum[N], predicted[N];
+      load_pack(encoder_row + pack * N, sum);
+      load_pack(prediction_row + pack * N, predicted);
+#pragma unroll
+      for (int n = 0; n < N; ++n) sum[n] = relu_value(sum[n] + predicted[n]);
+      store_pack(sum, y + i * cols + pack * N);
+    }
   }
 }
 
@@ -118,13 +129,27 @@ __global__ void transducer_decide_kernel(TransducerRules rules, TransducerState 
 
 }  // namespace
 
-void transducer_rows(TransducerState state, int batch, int window, int64_t padded_frames,
-                     int32_t* rows, cudaStream_t stream) {
-  const int64_t n = static_cast<int64_t>(batch) * window;
-  if (n <= 0) return;
-  transducer_rows_kernel<<<flat_blocks(n, kThreads), kThreads, 0, stream>>>(state, batch, window,
-                                                                            padded_frames, rows);
-  check_launch("transducer_rows");
+void joint_hidden(Element e, const void* encoder, int64_t padded_frames, const void* prediction,
+                  TransducerState state, int batch, int window, int64_t cols, void* y,
+                  cudaStream_t stream) {
+  const int64_t rows = static_cast<int64_t>(batch) * window;
+  if (rows <= 0 || cols <= 0) return;
+  with_type(e, [&](auto type) {
+    using T = decltype(type);
+    auto launch = [&](auto pack) {
+      constexpr int N = decltype(pack)::value;
+      const RowLaunch shape = row_launch(rows, cols / N);
+      joint_hidden_kernel<T, N><<<shape.grid, shape.block, 0, stream>>>(
+          static_cast<const T*>(encoder), padded_frames, static_cast<const T*>(prediction), state,
+          window, rows, cols, static_cast<T*>(y));
+    };
+    if (packable(cols, kWidePack<T>, sizeof(T), {encoder, prediction, y})) {
+      launch(std::integral_constant<int, kWidePack<T>>{});
+    } else {
+      launch(std::integral_constant<int, 1>{});
+    }
+  });
+  check_launch("joint_hidden");
 }
 
 void transducer_decide(const TransducerRules& rules, TransducerState state, int batch, int window,

@@ -10,6 +10,7 @@
 
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm.h"
+#include "compute/cuda/gemm_sm90.h"
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/profile.h"
 #include "compute/tensor.h"
@@ -77,6 +78,10 @@ class Pass {
   // y[m, out] = x[m, in] · Wᵀ + bias (+ residual, which may be y), in the pass's element type.
   void linear(const void* x, int64_t m, const Linear& layer, void* y,
               const void* residual = nullptr);
+  // y = act(x · Wᵀ + bias): on Hopper one product with the activation in its epilogue
+  // (gemm_sm90.h) for products of many rows, otherwise the product, then the activation in
+  // place. HARK_CUDA_SM90_GEMM=0 keeps the second way everywhere.
+  void activation_linear(const void* x, int64_t m, const Linear& layer, Activation act, void* y);
   // One linear layer of a decode step (m ≤ 16 rows; 16-bit or F32 weights, not Q8_0) in one
   // launch (decode_linear): y = [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with
   // `scatter` the layer's output split into y and the K/V caches. Null norm, residual, scatter:
@@ -97,17 +102,20 @@ class Pass {
   }
 
   // Multi-head self-attention with Transformer-XL relative positions over a padded or packed
-  // batch, as rel_pos_attention (kernels_conformer.h) defines it; `rows` is the batch's rows of q
+  // batch, as rel_pos_attention (kernels_conformer.h) defines it, on queries that hold the
+  // position bias already: q here is q + v' (a model folds v' into its query projection's bias,
+  // so that no pass over the queries adds it), and content_bias [heads, head_dim] is u − v', so
+  // that the content scores take q + u = (q + v') + (u − v'). `rows` is the batch's rows of q
   // (batch · steps padded, the sum of the lengths packed). F16/BF16 with head_dim 64 or 128 runs
-  // on the tensor cores: q + u and q + v' once (biased_queries), the position scores of every
-  // query against every relative position as one batched product per group of heads, then
-  // padded_attention, which reads them shifted. Anything else runs rel_pos_attention's kernel,
-  // F32 throughout.
+  // on the tensor cores: the position scores of every query against every relative position as
+  // one batched product per group of heads, straight from q, then padded_attention, which reads
+  // them shifted and adds content_bias to the queries as it loads them. Anything else runs
+  // rel_pos_attention's kernel (bias_u = content_bias, no bias_v), F32 throughout.
   void rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
-                         const void* p, int64_t p_row_stride, const void* bias_u,
-                         const void* bias_v, const int32_t* lengths, const int32_t* starts,
-                         int64_t rows, int batch, int64_t steps, int heads, int head_dim,
-                         float scale, void* out, int64_t out_row_stride);
+                         const void* p, int64_t p_row_stride, const void* content_bias,
+                         const int32_t* lengths, const int32_t* starts, int64_t rows, int batch,
+                         int64_t steps, int heads, int head_dim, float scale, void* out,
+                         int64_t out_row_stride);
   // HARK_CUDA_PROFILE's stages (profile.h): `stage` begins here on the pass's stream, ending
   // the one before; finish_stages() ends the last and books their times. No-ops when not
   // profiling, and while the stream is being captured into a graph.
@@ -119,8 +127,7 @@ class Pass {
   // ReplayedGraph (graph.h) of its ops: a graph captured before one of them moved is stale.
   std::vector<int64_t> scratch_key() const {
     std::vector<int64_t> key;
-    for (const Buffer* b :
-         {&expanded_, &f16_logits_, &biased_queries_, &relative_scores_, &position_table_}) {
+    for (const Buffer* b : {&expanded_, &f16_logits_, &relative_scores_, &position_table_}) {
       key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(b->data())));
     }
     return key;
@@ -138,7 +145,7 @@ class Pass {
   Gemm gemm_;
   Buffer expanded_;  // Q8_0 weights expanded for a product with many rows
   Buffer f16_logits_;
-  Buffer biased_queries_, relative_scores_, position_table_;  // rel_pos_attention's scratch
+  Buffer relative_scores_, position_table_;  // rel_pos_attention's scratch
   size_t relative_scores_limit_ = size_t{512} << 20;
   StageClock clock_;
 };

@@ -1,7 +1,9 @@
 #include "compute/cuda/pass.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -18,8 +20,20 @@ constexpr int64_t kDirectQ8Rows = 16;
 // Rows up to which logits take decode_linear_f32_out (it reads W once for 16 rows).
 constexpr int64_t kMaxStepRows = 16;
 
+// Rows from which a product with an activation takes the Hopper kernel with the activation in
+// its epilogue: below, the hidden layer it saves a pass over is small, and cuBLASLt's kernels for
+// few rows are the better products.
+constexpr int64_t kEpilogueActivationRows = 1024;
+
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// HARK_CUDA_SM90_GEMM=0 turns the Hopper kernel off (to compare with cuBLASLt's products), read
+// at every product so that a test can compare both ways in one process.
+bool sm90_gemm_enabled() {
+  const char* value = std::getenv("HARK_CUDA_SM90_GEMM");
+  return value == nullptr || std::string(value) != "0";
 }
 
 // `count` F32 values as `element` bytes, appended to `out`.
@@ -176,6 +190,30 @@ void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const 
   gemm_.linear(element_, x, m, w.cols, weights, w.rows, bias, residual, element_, y, stream_);
 }
 
+void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Activation act,
+                             void* y) {
+  const Matrix& w = layer.weight;
+  const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
+  if (m >= kEpilogueActivationRows && sm90_gemm_enabled()) {
+    const void* weights = w.q8_0 ? expanded(w) : w.data.data();
+    if (activation_linear_runs(element_, m, w.cols, w.rows, x, weights, bias, y)) {
+      cuda::activation_linear(element_, x, m, w.cols, weights, w.rows, bias, act, y, stream_);
+      return;
+    }
+  }
+  linear(x, m, layer, y);
+  switch (act) {
+    case Activation::none:
+      return;
+    case Activation::gelu:
+      return bias_gelu(element_, y, nullptr, m, w.rows, stream_);
+    case Activation::silu:
+      return silu(element_, y, m * w.rows, stream_);
+    case Activation::relu:
+      return relu(element_, y, m * w.rows, stream_);
+  }
+}
+
 void Pass::step_linear(const void* x, int64_t m, const Linear& layer, void* y,
                        const LayerNorm* norm, bool gelu, const void* residual,
                        const KvScatter* scatter) {
@@ -219,15 +257,17 @@ void Pass::layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_
 }
 
 void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
-                             const void* p, int64_t p_row_stride, const void* bias_u,
-                             const void* bias_v, const int32_t* lengths, const int32_t* starts,
-                             int64_t rows, int batch, int64_t steps, int heads, int head_dim,
-                             float scale, void* out, int64_t out_row_stride) {
+                             const void* p, int64_t p_row_stride, const void* content_bias,
+                             const int32_t* lengths, const int32_t* starts, int64_t rows, int batch,
+                             int64_t steps, int heads, int head_dim, float scale, void* out,
+                             int64_t out_row_stride) {
   if (!padded_attention_runs(element_, head_dim)) {
+    // (q + v') + (u − v') is q + u up to the rounding of q + v' and u − v' to the element type:
+    // in F32, ulps of F32.
     mark("attention: F32 kernel");
-    cuda::rel_pos_attention(element_, q, k, v, row_stride, p, p_row_stride, bias_u, bias_v, lengths,
-                            starts, batch, steps, heads, head_dim, scale, out, out_row_stride,
-                            stream_);
+    cuda::rel_pos_attention(element_, q, k, v, row_stride, p, p_row_stride, content_bias, nullptr,
+                            lengths, starts, batch, steps, heads, head_dim, scale, out,
+                            out_row_stride, stream_);
     return;
   }
   const int64_t width = int64_t{heads} * head_dim;
@@ -238,7 +278,6 @@ void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_
   const int group = static_cast<int>(
       std::clamp<size_t>(relative_scores_limit_ / head_bytes, 1, static_cast<size_t>(heads)));
 
-  biased_queries_.reserve(bytes(rows * 2 * width));
   relative_scores_.reserve(head_bytes * group);
   // The position table padded with zero rows to scores_row: a product whose output rows have a
   // length that is a multiple of 8 gets cuBLASLt's fast kernels (2·steps − 1 is odd).
@@ -250,9 +289,6 @@ void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_
   check(cudaMemsetAsync(static_cast<uint8_t*>(position_table_.data()) + bytes(positions * width), 0,
                         bytes((scores_row - positions) * width), stream_),
         "relative position table");
-  mark("attention: biased queries");
-  cuda::biased_queries(element_, q, row_stride, rows, width, bias_u, bias_v, biased_queries_.data(),
-                       stream_);
   auto at = [&](const void* base, int64_t elements) {
     return static_cast<const uint8_t*>(base) + bytes(elements);
   };
@@ -261,18 +297,17 @@ void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_
     const int64_t column = int64_t{first} * head_dim;
     // scores_h [rows, positions] = (q + v')_h · p_hᵀ for the group's heads h.
     mark("attention: position scores");
-    gemm_.batched(element_, at(biased_queries_.data(), width + column), {2 * width, head_dim}, rows,
-                  head_dim, at(position_table_.data(), column), {width, head_dim}, scores_row,
-                  element_, relative_scores_.data(), {scores_row, rows * scores_row}, count,
-                  stream_);
+    gemm_.batched(element_, at(q, column), {row_stride, head_dim}, rows, head_dim,
+                  at(position_table_.data(), column), {width, head_dim}, scores_row, element_,
+                  relative_scores_.data(), {scores_row, rows * scores_row}, count, stream_);
     const RelativeScores relative{relative_scores_.data(), scores_row, rows * scores_row,
                                   steps * scores_row, steps};
     mark("attention: flash kernel");
-    padded_attention(element_, at(biased_queries_.data(), column), 2 * width, steps * 2 * width,
-                     at(k, column), at(v, column), row_stride, steps * row_stride,
+    padded_attention(element_, at(q, column), row_stride, steps * row_stride, at(k, column),
+                     at(v, column), row_stride, steps * row_stride,
                      static_cast<uint8_t*>(out) + bytes(column), out_row_stride,
-                     steps * out_row_stride, lengths, starts, &relative, batch, count, head_dim,
-                     steps, scale, stream_);
+                     steps * out_row_stride, lengths, starts, &relative, at(content_bias, column),
+                     batch, count, head_dim, steps, scale, stream_);
   }
 }
 

@@ -41,9 +41,12 @@ struct Encoded {
   int64_t padded_frames = 0;
   std::vector<int64_t> frames;  // valid encoder frames per utterance
   gpu::Buffer output;           // [rows, d], the element type: the last block's output
-  // CTC: F32 logits [rows, V] (bias included) and frame_tokens, their argmax per row (int32);
-  // transducers: the joint network's encoder projection [rows, joint_hidden], the element type.
+  // CTC: F32 logits (bias included) in rows of head_stride values, the first V of which are
+  // the logits (the head is padded, weights.h), and frame_tokens, their argmax per row (int32);
+  // transducers: the joint network's encoder projection [rows, joint_hidden], the element type
+  // (head_stride = joint_hidden).
   gpu::Buffer head, frame_tokens;
+  int64_t head_stride = 0;
 };
 
 // A batch's features on the device (the front end's output, features/mel_cuda.h): F32
@@ -73,9 +76,9 @@ struct DecoderBuffers {
   gpu::Buffer prediction;         // [batch, joint_hidden]: each utterance's projected prediction
   gpu::Buffer ids;                // [batch] int32: the tokens the prediction network takes next
   gpu::Buffer gates;
-  // The joint network over batch · window rows: their row numbers (transducer_rows), hidden
-  // layer, F32 logits, and argmax (tokens, then TDT durations).
-  gpu::Buffer rows, hidden, logits, decisions;
+  // The joint network over batch · window rows: its hidden layer, F32 logits (rows of the padded
+  // head's outputs, weights.h), and argmax (tokens, then TDT durations).
+  gpu::Buffer hidden, logits, decisions;
 };
 
 // Zero LSTM state for `batch` utterances, fed the blank (the start of every decode,

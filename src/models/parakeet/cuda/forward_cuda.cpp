@@ -38,15 +38,12 @@ void upload_as(gpu::Pass& pass, const float* values, int64_t count, gpu::Buffer&
 constexpr int64_t kReplayedRows = 1024;
 
 // The feed-forward module, x += ½·fc2(silu(fc1(LN(x)))) (fc2 holds the ½).
-void feed_forward(gpu::Pass& pass, int64_t rows, int64_t d, int64_t ffn, const gpu::LayerNorm& norm,
+void feed_forward(gpu::Pass& pass, int64_t rows, int64_t d, const gpu::LayerNorm& norm,
                   const gpu::Linear& fc1, const gpu::Linear& fc2, void* x, EncoderBuffers& s) {
   pass.mark("layer norms");
   pass.layer_norm(x, rows, norm, d, s.normed.data());
   pass.mark("feed-forward products");
-  pass.linear(s.normed.data(), rows, fc1, s.hidden.data());
-  pass.mark("SiLU");
-  gpu::silu(pass.element(), s.hidden.data(), rows * ffn, pass.stream());
-  pass.mark("feed-forward products");
+  pass.activation_linear(s.normed.data(), rows, fc1, gpu::Activation::silu, s.hidden.data());
   pass.linear(s.hidden.data(), rows, fc2, x, x);
 }
 
@@ -190,7 +187,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
   s.positions.reserve(pass.bytes(table_rows * d));
   auto blocks = [&] {
     for (const Block& block : w.blocks) {
-      feed_forward(pass, rows, d, ffn, block.norm_ff1, block.ff1_fc1, block.ff1_fc2, x, s);
+      feed_forward(pass, rows, d, block.norm_ff1, block.ff1_fc1, block.ff1_fc2, x, s);
 
       pass.mark("layer norms");
       pass.layer_norm(x, rows, block.norm_attention, d, s.normed.data());
@@ -198,9 +195,10 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
       pass.linear(s.normed.data(), rows, block.qkv, s.qkv.data());
       pass.linear(s.table.data(), table_rows, block.positions, s.positions.data());
       void* qkv = s.qkv.data();
+      // The product's queries are q + v' (weights.h, Block::qkv).
       pass.rel_pos_attention(qkv, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d,
-                             s.positions.data(), d, block.bias_u.data(), block.bias_v.data(),
-                             frames_dev, starts_dev, rows, batch, steps, static_cast<int>(heads),
+                             s.positions.data(), d, block.content_bias.data(), frames_dev,
+                             starts_dev, rows, batch, steps, static_cast<int>(heads),
                              static_cast<int>(head_dim), w.attention_scale, s.context.data(), d);
       pass.mark("attention projections");
       pass.linear(s.context.data(), rows, block.out, x, x);
@@ -217,7 +215,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
       pass.mark("convolution products");
       pass.linear(s.context.data(), rows, block.pointwise2, x, x);
 
-      feed_forward(pass, rows, d, ffn, block.norm_ff2, block.ff2_fc1, block.ff2_fc2, x, s);
+      feed_forward(pass, rows, d, block.norm_ff2, block.ff2_fc1, block.ff2_fc2, x, s);
       pass.mark("layer norms");
       pass.layer_norm(x, rows, block.norm_out, d, x);
     }
@@ -250,13 +248,15 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
                           steps, pass.bytes(d), stream);
   if (w.ctc_head) {
     const int64_t vocab = config.vocab_size;
-    out.head = gpu::Buffer(sizeof(float) * padded_rows * vocab, stream);
+    out.head_stride = w.ctc_head->out_features();
+    out.head = gpu::Buffer(sizeof(float) * padded_rows * out.head_stride, stream);
     out.frame_tokens = gpu::Buffer(sizeof(int32_t) * padded_rows, stream);
     pass.linear_f32_out(out.output.data(), padded_rows, w.ctc_head->weight, out.head.as<float>());
-    gpu::finish_logits(e, out.head.as<float>(), bias_of(*w.ctc_head), padded_rows, vocab, vocab,
-                       out.frame_tokens.as<int32_t>(), nullptr, stream);
+    gpu::finish_logits(e, out.head.as<float>(), out.head_stride, bias_of(*w.ctc_head), padded_rows,
+                       vocab, vocab, out.frame_tokens.as<int32_t>(), nullptr, stream);
   } else {
-    out.head = gpu::Buffer(pass.bytes(padded_rows * config.joint_hidden), stream);
+    out.head_stride = config.joint_hidden;
+    out.head = gpu::Buffer(pass.bytes(padded_rows * out.head_stride), stream);
     pass.linear(out.output.data(), padded_rows, w.transducer->encoder_projector, out.head.data());
   }
   out.batch = batch;
@@ -288,9 +288,8 @@ void start_prediction(gpu::Pass& pass, const Config& config, const Weights& w, i
   zeros(s.prediction, pass.bytes(batch * joint));
   zeros(s.ids, sizeof(int32_t) * batch);
   zeros(s.gates, pass.bytes(batch * 4 * hidden));
-  zeros(s.rows, sizeof(int32_t) * 2 * joint_rows);
   zeros(s.hidden, pass.bytes(joint_rows * joint));
-  zeros(s.logits, sizeof(float) * joint_rows * config.head_outputs());
+  zeros(s.logits, sizeof(float) * joint_rows * w.transducer->head.out_features());
   zeros(s.decisions, sizeof(int32_t) * 2 * joint_rows);
   const std::vector<int32_t> blanks(batch, config.blank_id);
   // A copy from pageable memory has read it when the call returns.
@@ -398,15 +397,13 @@ void search_step(gpu::Pass& pass, const Config& config, const Weights& w, const 
   const Transducer& t = *w.transducer;
   const gpu::TransducerState state = search.state();
   const int64_t n = int64_t{s.batch} * s.window;
-  auto* rows = s.rows.as<int32_t>();
-  gpu::transducer_rows(state, s.batch, s.window, encoded.padded_frames, rows, stream);
-  gpu::joint_hidden(e, encoded.head.data(), s.prediction.data(), rows, n, config.joint_hidden,
-                    s.hidden.data(), stream);
+  gpu::joint_hidden(e, encoded.head.data(), encoded.padded_frames, s.prediction.data(), state,
+                    s.batch, s.window, config.joint_hidden, s.hidden.data(), stream);
   pass.linear_f32_out(s.hidden.data(), n, t.head.weight, s.logits.as<float>());
   int32_t* decisions = s.decisions.as<int32_t>();
   int32_t* durations = search.rules.tdt ? decisions + n : nullptr;
-  gpu::finish_logits(e, s.logits.as<float>(), bias_of(t.head), n, config.head_outputs(),
-                     config.vocab_size, decisions, durations, stream);
+  gpu::finish_logits(e, s.logits.as<float>(), t.head.out_features(), bias_of(t.head), n,
+                     config.head_outputs(), config.vocab_size, decisions, durations, stream);
   gpu::transducer_decide(search.rules, state, s.batch, s.window, decisions, durations,
                          s.ids.as<int32_t>(), stream);
   predict(pass, config, w, s);

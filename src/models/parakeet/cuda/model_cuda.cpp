@@ -54,10 +54,11 @@ class CudaBatch final : public EncodedBatch {
   int size() const override { return encoded.batch; }
   int64_t frames(int utterance) const override { return encoded.frames.at(utterance); }
   std::vector<float> output(int utterance) const override {
-    return rows(encoded.output.data(), output_cols, element, utterance);
+    return rows(encoded.output.data(), output_cols, output_cols, element, utterance);
   }
   std::vector<float> head_input(int utterance) const override {
-    return rows(encoded.head.data(), head_cols, head_f32 ? gpu::Element::f32 : element, utterance);
+    return rows(encoded.head.data(), head_cols, encoded.head_stride,
+                head_f32 ? gpu::Element::f32 : element, utterance);
   }
   void wait() const override { ready.synchronize(); }
   // Its buffers go back to the pool on the model's encoder stream, once the work that writes them
@@ -77,11 +78,21 @@ class CudaBatch final : public EncodedBatch {
   const void* owner = nullptr;  // the model that encoded it
 
  private:
-  std::vector<float> rows(const void* base, int64_t cols, gpu::Element e, int utterance) const {
+  // The first `cols` values of each of the utterance's rows (of `stride` values: a padded head's
+  // logits have more).
+  std::vector<float> rows(const void* base, int64_t cols, int64_t stride, gpu::Element e,
+                          int utterance) const {
     ready.synchronize();
-    const int64_t first = static_cast<int64_t>(utterance) * encoded.padded_frames * cols;
+    const int64_t first = static_cast<int64_t>(utterance) * encoded.padded_frames * stride;
     const auto* at = static_cast<const uint8_t*>(base) + first * gpu::element_size(e);
-    return gpu::download_f32(at, frames(utterance) * cols, e);
+    const int64_t count = frames(utterance);
+    std::vector<float> values = gpu::download_f32(at, count * stride, e);
+    // Row 0 is in place already; row t moves forward from t · stride to t · cols.
+    for (int64_t t = 1; t < count && stride != cols; ++t) {
+      std::copy_n(values.begin() + t * stride, cols, values.begin() + t * cols);
+    }
+    values.resize(static_cast<size_t>(count * cols));
+    return values;
   }
 };
 

@@ -1,9 +1,10 @@
 // Parakeet's weights on the GPU, in the layout the CUDA forward pass wants: q, k and v of each
-// attention stacked into one matrix (one product instead of three), the feed-forward modules'
-// half step folded into their second linear, and the conv module's BatchNorm folded into its
-// depthwise kernel (the values parakeet/weights.cpp folds at load); the depthwise kernels (and
-// the first subsampling convolution's, of one input channel) tap-major, [taps, channels], as
-// compute/cuda/kernels_conformer.h's convolutions read them.
+// attention stacked into one matrix (one product instead of three) with the position bias folded
+// into q's bias, the feed-forward modules' half step folded into their second linear, and the conv
+// module's BatchNorm folded into its depthwise kernel (the values parakeet/weights.cpp folds at
+// load); the depthwise kernels (and the first subsampling convolution's, of one input channel)
+// tap-major, [taps, channels], as compute/cuda/kernels_conformer.h's convolutions read them; the
+// heads padded to whole rows of 8 outputs.
 #pragma once
 
 #include <optional>
@@ -39,10 +40,12 @@ struct Block {
   // exact in binary floating point, so this is the same sum.
   gpu::Linear ff1_fc1, ff1_fc2;
   gpu::LayerNorm norm_attention;
-  gpu::Linear qkv;             // [3d, d] (+ [3d]): q, k, v stacked
-  gpu::Linear positions;       // [d, d], no bias (relative_k_proj)
-  gpu::Buffer bias_u, bias_v;  // [h, dh]
-  gpu::Linear out;             // o_proj
+  // [3d, d] + [3d]: q, k, v stacked, the position bias v' (bias_v) added to q's bias, so that
+  // the product yields q + v' (compute/cuda/pass.h, rel_pos_attention).
+  gpu::Linear qkv;
+  gpu::Linear positions;     // [d, d], no bias (relative_k_proj)
+  gpu::Buffer content_bias;  // [h, dh]: u − v' (bias_u − bias_v), so that q + v' + it is q + u
+  gpu::Linear out;           // o_proj
   gpu::LayerNorm norm_conv;
   gpu::Linear pointwise1;                        // [2d, d]
   gpu::Buffer depthwise_weight, depthwise_bias;  // [k, d] tap-major, [d], BatchNorm folded in
@@ -66,14 +69,16 @@ struct Transducer {
   std::vector<LstmLayer> lstm;
   gpu::Linear encoder_projector;  // [joint, d]
   gpu::Linear decoder_projector;  // [joint, H]
-  gpu::Linear head;               // [V (+ D), joint]
+  // [V (+ D), joint] (+ bias), with zero rows after them up to a multiple of 8 (weights_cuda.cpp,
+  // padded_head): out_features() is the row length of the logits, not V (+ D).
+  gpu::Linear head;
 };
 
 struct Weights {
   gpu::Element element = gpu::Element::f32;
   Subsampling subsampling;
   std::vector<Block> blocks;
-  std::optional<gpu::Linear> ctc_head;  // [V, d] + [V]
+  std::optional<gpu::Linear> ctc_head;  // [V, d] + [V], padded with zero rows as Transducer::head
   std::optional<Transducer> transducer;
   float attention_scale = 1.0f;  // dh^-1/2
 };

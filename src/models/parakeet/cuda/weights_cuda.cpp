@@ -1,6 +1,7 @@
 #include "models/parakeet/cuda/weights.h"
 
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 #include "compute/cuda/kernels_conformer.h"
@@ -31,10 +32,54 @@ gpu::Linear halved(const gpu::Uploader& up, const nn::Linear& layer) {
   return up.linear(weight_view, &bias_view);
 }
 
-// q, k and v stacked by rows, with their biases when the projections have them.
+// q, k and v stacked by rows, the position bias v' added to q's bias (zeros for a projection
+// without one): the product's bias epilogue then yields q + v', which the position scores read,
+// and no pass over the queries adds it (Block::content_bias). The loader has checked the shapes
+// (v' [h, dh], d = h · dh values).
 gpu::Linear stacked_qkv(const gpu::Uploader& up, const nn::RelPositionAttention& a) {
-  const nn::Linear* const parts[] = {&a.q_proj, &a.k_proj, &a.v_proj};
-  return nn::upload_stacked(up, parts);
+  const int64_t d = a.q_proj.out_features();
+  std::vector<float> q_bias = scaled_values(a.bias_v, 1.0f);
+  if (a.q_proj.bias) {
+    const std::vector<float> projection_bias = scaled_values(*a.q_proj.bias, 1.0f);
+    for (int64_t i = 0; i < d; ++i) q_bias[i] += projection_bias[i];
+  }
+  const Weight q_bias_view = Weight::f32(q_bias.data(), compute::Shape{d});
+  const Weight* const matrices[] = {&a.q_proj.weight, &a.k_proj.weight, &a.v_proj.weight};
+  const std::pair<const Weight*, int64_t> biases[] = {
+      {&q_bias_view, d},
+      {nn::bias_of(a.k_proj), a.k_proj.out_features()},
+      {nn::bias_of(a.v_proj), a.v_proj.out_features()}};
+  return {up.matrix(matrices), up.vector(biases)};
+}
+
+// u − v' [h, dh]: the content scores' bias on queries that hold q + v' already (stacked_qkv).
+gpu::Buffer content_bias(const gpu::Uploader& up, const nn::RelPositionAttention& a) {
+  std::vector<float> difference = scaled_values(a.bias_u, 1.0f);
+  const std::vector<float> position_bias = scaled_values(a.bias_v, 1.0f);
+  for (size_t i = 0; i < difference.size(); ++i) difference[i] -= position_bias[i];
+  return up.vector(Weight::f32(difference.data(), a.bias_u.shape));
+}
+
+// A head with zero rows after its own up to a multiple of 8 (zero bias values too): its F32
+// logits then have rows of whole 32-byte pieces, which cuBLASLt's aligned kernels need (an odd
+// row length, such as TDT's V + 1 + 5, gets a slow 8-byte-aligned kernel). The logits' readers
+// take the real columns only (finish_logits).
+gpu::Linear padded_head(const gpu::Uploader& up, const nn::Linear& layer) {
+  constexpr int64_t kMultiple = 8;
+  const Weight& w = layer.weight;
+  const int64_t outputs = w.rows(), padding = (kMultiple - outputs % kMultiple) % kMultiple;
+  // Zero bytes are zeros in every stored type (Q8_0 blocks of scale 0 included), so the padding
+  // rows stack onto the weight as they are.
+  std::vector<uint8_t> zero_bytes(static_cast<size_t>(padding) * w.row_bytes(), 0);
+  Weight zeros{w.type, compute::Shape{padding, w.cols()}, zero_bytes.data(), zero_bytes.size()};
+  const Weight* const matrices[] = {&w, &zeros};
+  gpu::Linear head{up.matrix(matrices), {}};
+  if (layer.bias) {
+    const std::pair<const Weight*, int64_t> biases[] = {{&*layer.bias, outputs},
+                                                        {nullptr, padding}};
+    head.bias = up.vector(biases);
+  }
+  return head;
 }
 
 // The subsampling's output linear with its input columns reordered from transformers' (channel,
@@ -93,8 +138,7 @@ Block block(const gpu::Uploader& up, const nn::ConformerBlock& host) {
   b.norm_attention = nn::upload(up, host.norm_attention);
   b.qkv = stacked_qkv(up, host.attention);
   b.positions = nn::upload(up, host.attention.pos_proj);
-  b.bias_u = up.vector(host.attention.bias_u);
-  b.bias_v = up.vector(host.attention.bias_v);
+  b.content_bias = content_bias(up, host.attention);
   b.out = nn::upload(up, host.attention.out_proj);
   b.norm_conv = nn::upload(up, host.norm_conv);
   b.pointwise1 = nn::upload(up, host.conv.pointwise1);
@@ -118,7 +162,7 @@ Transducer transducer(const gpu::Uploader& up, const TransducerWeights& host) {
   }
   t.encoder_projector = nn::upload(up, host.joint.encoder_projector);
   t.decoder_projector = nn::upload(up, host.joint.decoder_projector);
-  t.head = nn::upload(up, host.joint.head);
+  t.head = padded_head(up, host.joint.head);
   return t;
 }
 
@@ -138,7 +182,7 @@ Weights upload_weights(const parakeet::Weights& host, gpu::Element element) {
   for (const nn::ConformerBlock& host_block : host.encoder.blocks) {
     w.blocks.push_back(block(up, host_block));
   }
-  if (host.ctc_head) w.ctc_head = nn::upload(up, *host.ctc_head);
+  if (host.ctc_head) w.ctc_head = padded_head(up, *host.ctc_head);
   if (host.transducer) w.transducer = transducer(up, *host.transducer);
   w.attention_scale = host.encoder.blocks.empty() ? 1.0f : host.encoder.blocks[0].attention.scale;
   return w;

@@ -90,8 +90,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
     pass.linear(s.context.data(), rows, layer.out, s.x.data(), s.x.data());
     pass.mark("encoder feed-forward");
     pass.layer_norm(s.x.data(), rows, layer.ffn_norm, d, s.h.data());
-    pass.linear(s.h.data(), rows, layer.fc1, s.hidden.data());
-    pass.gelu(s.hidden.data(), rows, config.encoder_ffn);
+    pass.activation_linear(s.h.data(), rows, layer.fc1, gpu::Activation::gelu, s.hidden.data());
     pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
   }
   // Decoding the batch needs the memory more than a later encode needs these allocations, and the
@@ -231,8 +230,7 @@ void decoder_blocks(gpu::Pass& pass, const Config& config, const Weights& w, int
 
     pass.mark("decoder feed-forward");
     pass.layer_norm(s.x.data(), rows, layer.ffn_norm, d, s.h.data());
-    pass.linear(s.h.data(), rows, layer.fc1, s.hidden.data());
-    pass.gelu(s.hidden.data(), rows, config.decoder_ffn);
+    pass.activation_linear(s.h.data(), rows, layer.fc1, gpu::Activation::gelu, s.hidden.data());
     pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
   }
 }

@@ -1,0 +1,519 @@
+// Hopper products with the activation in the epilogue (gemm_sm90.h). Compiled for sm_90a only
+// (CMakeLists.txt): wgmma and the tensor memory accelerator (TMA) exist in no portable target.
+//
+// One persistent CTA per SM walks output tiles of 128 × 256. Three warpgroups share it:
+//   - the producer (one thread) copies 128 × 64 tiles of x and 256 × 64 tiles of w into a ring of
+//     kStages shared-memory stages with TMA, in the 128-byte swizzled layout that wgmma reads
+//     without bank conflicts, each stage's arrival counted by its "full" barrier;
+//   - two consumer warpgroups, 64 rows of the tile each, multiply a stage with four
+//     wgmma.m64n256k16 (F32 accumulators: 128 registers a thread), free it through its "empty"
+//     barrier, and after the last stage of a tile add the bias, apply the activation, round, and
+//     write 64 × 64 boxes of the result into shared memory, which TMA stores to global memory
+//     while the warpgroup goes on to its next tile.
+// While the consumers run a tile's epilogue, the producer already fills stages for the next one.
+// The epilogue is what decides the speed: the products alone run at cuBLASLt's rate (890
+// TFLOP/s on 16,000 × 1024 × 4096 on an H200, 151 µs); storing the accumulators straight from
+// registers (4-byte pieces of 8 rows a warp) took 238 µs, through shared memory and TMA 173.
+#include "compute/cuda/gemm_sm90.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "base/error.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/element.cuh"
+
+namespace hark::compute::cuda {
+
+namespace {
+
+constexpr int kTileRows = 128;  // two consumer warpgroups of 64 rows
+constexpr int kTileCols = 256;  // the widest wgmma
+constexpr int kTileDepth = 64;  // 64 16-bit values: one 128-byte row of the swizzle
+constexpr int kStages = 4;
+constexpr int kThreads = 384;  // the producer warpgroup, then the two consumers
+constexpr int kStageXBytes = kTileRows * kTileDepth * 2;
+constexpr int kStageWBytes = kTileCols * kTileDepth * 2;
+constexpr int kStageBytes = kStageXBytes + kStageWBytes;
+// The epilogue's boxes: 64 rows × 64 columns (128 bytes, the swizzle's row), two per consumer so
+// that one fills while TMA still reads the other.
+constexpr int kBoxCols = 64;
+constexpr int kBoxBytes = 64 * kBoxCols * 2;
+constexpr int kOutputBytes = 2 * 2 * kBoxBytes;
+// The stages, the boxes, the barriers, and room to align the stages to the swizzle's 1024-byte
+// period: 225 KB of the 227 an SM gives a CTA.
+constexpr int kSharedBytes = kStages * kStageBytes + kOutputBytes + 2 * kStages * 8 + 1024;
+// setmaxnreg: the producer gives registers back so that the consumers can hold 128
+// accumulators each (40 · 128 + 232 · 256 ≤ 65,536 registers of an SM).
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
+}
+
+// ---- mbarriers ----
+
+__device__ __forceinline__ void barrier_init(uint64_t* barrier, int arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)),
+               "r"(arrivals));
+}
+
+__device__ __forceinline__ void barrier_expect_bytes(uint64_t* barrier, uint32_t bytes) {
+  asm volatile(
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)),
+      "r"(bytes)
+      : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(uint64_t* barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier))
+               : "memory");
+}
+
+// Waits until the phase of the given parity has completed (a fresh barrier is in phase 0, so
+// waiting on parity 1 returns at once: the producer's first pass over the empty stages).
+__device__ __forceinline__ void barrier_wait(uint64_t* barrier, uint32_t parity) {
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "retry:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra retry;\n"
+      "}\n" ::"r"(shared_address(barrier)),
+      "r"(parity)
+      : "memory");
+}
+
+// ---- TMA ----
+
+// The box at (inner, outer) of the tensor `map` describes into shared memory at `target`; the
+// barrier counts its bytes as they land. Rows past the tensor's end arrive as zeros.
+__device__ __forceinline__ void tma_load(void* target, const CUtensorMap* map, uint64_t* barrier,
+                                         int inner, int outer) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%3, %4}], [%2];" ::"r"(shared_address(target)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(barrier)), "r"(inner), "r"(outer)
+      : "memory");
+}
+
+// The box at `source` to (inner, outer) of the tensor `map` describes; the parts of the box past
+// the tensor's end are not written. Stores of one thread complete in groups (commit, wait).
+__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* source, int inner,
+                                          int outer) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(shared_address(source)), "r"(inner), "r"(outer)
+               : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() {
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+// Waits until at most kPending committed groups of this thread's stores still read shared memory.
+template <int kPending>
+__device__ __forceinline__ void tma_store_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
+}
+// Makes this thread's writes to shared memory visible to TMA (the async proxy).
+__device__ __forceinline__ void fence_shared_for_tma() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// A barrier for the 128 threads of one warpgroup (id 0 is __syncthreads').
+__device__ __forceinline__ void warpgroup_sync(int id) {
+  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
+}
+
+// ---- wgmma ----
+
+// The shared-memory operand descriptor of a K-major tile in the 128-byte swizzle: start address,
+// leading byte offset (unused by this layout; 16), stride byte offset 1024 (eight 128-byte rows,
+// the swizzle's period), layout type 1 (128-byte swizzle). Addresses are in 16-byte units.
+__device__ __forceinline__ uint64_t operand_descriptor(const void* tile) {
+  const uint64_t address = shared_address(tile);
+  return ((address & 0x3FFFF) >> 4) | (uint64_t{16 >> 4} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of the accumulators across the asynchronous
+// products that own them.
+__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+#pragma unroll
+  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define HARK_WGMMA_ACCUMULATORS                                                      \
+  "{"                                                                                \
+  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
+  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
+  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, " \
+  "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
+  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, " \
+  "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "     \
+  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "   \
+  "%124, %125, %126, %127"                                                           \
+  "}"
+
+#define HARK_WGMMA_OUTPUTS(d)                                                                     \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
+      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
+      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
+      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),  \
+      "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),  \
+      "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),  \
+      "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),  \
+      "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),  \
+      "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),          \
+      "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]),         \
+      "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]),         \
+      "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]),         \
+      "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+
+// d (+)= a · bᵀ for a 64 × 16 tile of x and a 256 × 16 tile of w (descriptors); scale_d 0
+// overwrites d. Thread t of the warpgroup holds d[4j + 2i + c] at row 16·(t / 32) + (t % 32) / 4
+// + 8i, column 8j + 2·(t % 4) + c.
+template <class T>
+__device__ __forceinline__ void wgmma_64x256x16(float (&d)[128], uint64_t a, uint64_t b,
+                                                int scale_d) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "{\n"
+        ".reg .pred accumulate;\n"
+        "setp.ne.b32 accumulate, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " HARK_WGMMA_ACCUMULATORS
+        ", %128, %129, accumulate, 1, 1, 0, 0;\n"
+        "}\n"
+        : HARK_WGMMA_OUTPUTS(d)
+        : "l"(a), "l"(b), "r"(scale_d));
+  } else {
+    asm volatile(
+        "{\n"
+        ".reg .pred accumulate;\n"
+        "setp.ne.b32 accumulate, %130, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " HARK_WGMMA_ACCUMULATORS
+        ", %128, %129, accumulate, 1, 1, 0, 0;\n"
+        "}\n"
+        : HARK_WGMMA_OUTPUTS(d)
+        : "l"(a), "l"(b), "r"(scale_d));
+  }
+}
+
+#undef HARK_WGMMA_ACCUMULATORS
+#undef HARK_WGMMA_OUTPUTS
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// The epilogue's time is time the tensor cores wait, and its activation runs on the special
+// function unit (16 results per cycle and SM): SiLU as x · (1 + tanh(x / 2)) / 2, one
+// tanh.approx (relative error 2^-11, about the one rounding to 16 bits that follows) where
+// x / (1 + e^-x) takes two (exponential, reciprocal): 205 → 184 µs (16,000 × 1024 × 4096, H200).
+__device__ __forceinline__ float fast_tanh(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+template <Activation kAct>
+__device__ __forceinline__ float activated(float value) {
+  if constexpr (kAct == Activation::silu) {
+    return 0.5f * value * (1.0f + fast_tanh(0.5f * value));
+  } else if constexpr (kAct == Activation::gelu) {
+    return gelu_value(value);
+  } else if constexpr (kAct == Activation::relu) {
+    return relu_value(value);
+  } else {
+    return value;
+  }
+}
+
+template <class T>
+struct Pair;
+template <>
+struct Pair<__half> {
+  using type = __half2;
+  static __device__ type make(float a, float b) { return __floats2half2_rn(a, b); }
+};
+template <>
+struct Pair<__nv_bfloat16> {
+  using type = __nv_bfloat162;
+  static __device__ type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+
+template <class T, Activation kAct>
+__global__ void __launch_bounds__(kThreads, 1)
+    activation_linear_kernel(const __grid_constant__ CUtensorMap x_map,
+                             const __grid_constant__ CUtensorMap w_map,
+                             const __grid_constant__ CUtensorMap y_map, const T* bias, int m, int n,
+                             int k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ uint8_t shared_raw[];
+  // The swizzle repeats every 1024 bytes, and the descriptors assume that it starts at a stage.
+  uint8_t* shared = shared_raw + ((1024 - (shared_address(shared_raw) & 1023)) & 1023);
+  uint8_t* x_stages = shared;
+  uint8_t* w_stages = shared + kStages * kStageXBytes;
+  uint8_t* boxes = shared + kStages * kStageBytes;  // 1024-aligned: stages are multiples of it
+  auto* full = reinterpret_cast<uint64_t*>(boxes + kOutputBytes);
+  uint64_t* empty = full + kStages;
+
+  const int tiles_n = n / kTileCols;
+  const int tiles = (m + kTileRows - 1) / kTileRows * tiles_n;
+  const int depth_steps = k / kTileDepth;
+  const int warpgroup = threadIdx.x / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(&full[s], 1);   // the producer's expect_tx; the bytes complete it
+      barrier_init(&empty[s], 2);  // one thread of each consumer, once its products have read
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kProducerRegisters));
+    if (threadIdx.x != 0) return;
+    int stage = 0;
+    uint32_t phase = 0;
+    // Consecutive CTAs take neighbouring tiles of one band of rows: x's band and all of w stay in
+    // the L2 cache while the CTAs sweep it.
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+      const int row = tile / tiles_n * kTileRows, col = tile % tiles_n * kTileCols;
+      for (int step = 0; step < depth_steps; ++step) {
+        barrier_wait(&empty[stage], phase ^ 1);
+        barrier_expect_bytes(&full[stage], kStageBytes);
+        tma_load(x_stages + stage * kStageXBytes, &x_map, &full[stage], step * kTileDepth, row);
+        tma_load(w_stages + stage * kStageWBytes, &w_map, &full[stage], step * kTileDepth, col);
+        if (++stage == kStages) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+    }
+    return;
+  }
+
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegisters));
+  const int consumer = warpgroup - 1;  // rows 64 · consumer of each tile
+  const int thread = threadIdx.x % 128;
+  int stage = 0;
+  uint32_t phase = 0;
+  float d[128];
+  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    const int row = tile / tiles_n * kTileRows, col = tile % tiles_n * kTileCols;
+    // One step's products stay in flight while the next step's are issued; a stage is freed once
+    // the products after it have been issued and it has been read.
+    int previous = -1;
+    for (int step = 0; step < depth_steps; ++step) {
+      barrier_wait(&full[stage], phase);
+      const uint64_t a = operand_descriptor(x_stages + stage * kStageXBytes + consumer * 64 * 128);
+      const uint64_t b = operand_descriptor(w_stages + stage * kStageWBytes);
+      fence_accumulators(d);
+      wgmma_fence();
+#pragma unroll
+      for (int slice = 0; slice < kTileDepth / 16; ++slice) {
+        // 16 values further along k: 32 bytes, 2 in the descriptor's 16-byte units; the
+        // hardware applies the swizzle to the address it forms.
+        wgmma_64x256x16<T>(d, a + 2 * slice, b + 2 * slice, step > 0 || slice > 0);
+      }
+      wgmma_commit();
+      fence_accumulators(d);
+      wgmma_wait<1>();
+      // wgmma.wait_group is collective over the warpgroup: after it, the whole warpgroup's
+      // products of the previous stage are done, and one arrival speaks for all 128 threads.
+      if (previous >= 0 && thread == 0) barrier_arrive(&empty[previous]);
+      previous = stage;
+      if (++stage == kStages) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+    wgmma_wait<0>();
+    fence_accumulators(d);
+    if (previous >= 0 && thread == 0) barrier_arrive(&empty[previous]);
+
+    // Epilogue: bias, activation, one rounding, then the warpgroup's 64 rows go out as four boxes
+    // of 64 columns. A box is written in the 128-byte swizzle that the store's tensor map names
+    // (16-byte piece p of row r at p ^ (r % 8)): the eight rows a warp writes at once then fall
+    // in distinct banks.
+    const int warp = thread / 32, lane = thread % 32;
+    const int box_row = warp * 16 + lane / 4;  // and box_row + 8; box_row % 8 == lane / 4
+#pragma unroll
+    for (int box = 0; box < kTileCols / kBoxCols; ++box) {
+      uint8_t* target = boxes + (consumer * 2 + box % 2) * kBoxBytes;
+      // The box written two boxes ago from this buffer must have been read by its store.
+      if (thread == 0) tma_store_wait_read<1>();
+      warpgroup_sync(1 + consumer);
+#pragma unroll
+      for (int piece = 0; piece < kBoxCols / 8; ++piece) {
+        const int j = box * (kBoxCols / 8) + piece;  // the accumulators' 8-column group
+        const int column = col + 8 * j + 2 * (lane % 4);
+        const float bias0 = bias != nullptr ? to_float(bias[column]) : 0.0f;
+        const float bias1 = bias != nullptr ? to_float(bias[column + 1]) : 0.0f;
+        const int slot = ((piece ^ (lane / 4)) * 16) + 4 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const auto pair = Pair<T>::make(activated<kAct>(d[4 * j + 2 * i] + bias0),
+                                          activated<kAct>(d[4 * j + 2 * i + 1] + bias1));
+          *reinterpret_cast<typename Pair<T>::type*>(target + (box_row + 8 * i) * 128 + slot) =
+              pair;
+        }
+      }
+      fence_shared_for_tma();
+      warpgroup_sync(1 + consumer);
+      if (thread == 0) {
+        tma_store(&y_map, target, col + box * kBoxCols, row + consumer * 64);
+        tma_store_commit();
+      }
+    }
+  }
+  // Shared memory must outlive the stores that read it.
+  if (thread == 0) tma_store_wait_read<0>();
+#else
+  // Built for a GPU without wgmma: activation_linear_runs refuses every call.
+  (void)bias, (void)m, (void)n, (void)k;
+#endif
+}
+
+// ---- Host side ----
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+    void* function = nullptr;
+    cudaDriverEntryPointQueryResult found{};
+    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
+                                           cudaEnableDefault, &found),
+          "cuTensorMapEncodeTiled");
+    if (found != cudaDriverEntryPointSuccess || function == nullptr) {
+      fail("CUDA: the driver has no cuTensorMapEncodeTiled");
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
+  }();
+  return encode;
+}
+
+// A row-major [rows, cols] matrix of 16-bit values in boxes of box_rows × 64 (128 bytes, the
+// swizzle's row), in the 128-byte swizzle; loads read rows past the end as zeros, stores leave
+// them alone.
+CUtensorMap tile_map(Element e, const void* matrix, int64_t rows, int64_t cols, int box_rows) {
+  CUtensorMap map{};
+  const cuuint64_t size[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
+  const cuuint64_t stride[1] = {static_cast<cuuint64_t>(cols) * 2};
+  static_assert(kTileDepth == kBoxCols, "one box width for loads and stores");
+  const cuuint32_t box[2] = {kTileDepth, static_cast<cuuint32_t>(box_rows)};
+  const cuuint32_t element_stride[2] = {1, 1};
+  const CUresult status = tensor_map_encoder()(
+      &map, e == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      2, const_cast<void*>(matrix), size, stride, box, element_stride,
+      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) fail("CUDA: cuTensorMapEncodeTiled failed (", status, ")");
+  return map;
+}
+
+// Compute capability 9.0 (the only one sm_90a code runs on) and the SM count, of the current
+// device, asked once.
+struct Hopper {
+  bool present = false;
+  int multiprocessors = 0;
+};
+const Hopper& hopper() {
+  static const Hopper found = [] {
+    Hopper h;
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&h.multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
+            cudaSuccess) {
+      cudaGetLastError();
+      return h;
+    }
+    h.present = major == 9 && minor == 0;
+    return h;
+  }();
+  return found;
+}
+
+bool aligned16(const void* pointer) {
+  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
+}
+
+template <class T, Activation kAct>
+void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const void* bias,
+            void* y, Element e, cudaStream_t stream) {
+  static const cudaError_t opted_in = cudaFuncSetAttribute(
+      activation_linear_kernel<T, kAct>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
+  check(opted_in, "activation_linear shared memory");
+  const CUtensorMap x_map = tile_map(e, x, m, k, kTileRows);
+  const CUtensorMap w_map = tile_map(e, w, n, k, kTileCols);
+  const CUtensorMap y_map = tile_map(e, y, m, n, 64);
+  const int64_t tiles = (m + kTileRows - 1) / kTileRows * (n / kTileCols);
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, hopper().multiprocessors));
+  activation_linear_kernel<T, kAct><<<blocks, kThreads, kSharedBytes, stream>>>(
+      x_map, w_map, y_map, static_cast<const T*>(bias), static_cast<int>(m), static_cast<int>(n),
+      static_cast<int>(k));
+  check_launch("activation_linear");
+}
+
+}  // namespace
+
+bool activation_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const void* x,
+                            const void* w, const void* bias, const void* y) {
+  return hopper().present && e != Element::f32 && m >= 1 && m <= INT32_MAX && n % kTileCols == 0 &&
+         n <= INT32_MAX && k % kTileDepth == 0 && k >= kTileDepth && k <= INT32_MAX &&
+         m * n <= INT64_MAX / 2 && aligned16(x) && aligned16(w) && aligned16(y) &&
+         (bias == nullptr || aligned16(bias));
+}
+
+void activation_linear(Element e, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
+                       const void* bias, Activation act, void* y, cudaStream_t stream) {
+  if (!activation_linear_runs(e, m, k, n, x, w, bias, y)) {
+    fail("activation_linear: a ", m, " x ", n, " x ", k,
+         " product it cannot run (needs compute capability 9.0, 16-bit elements, n % 256 == 0, "
+         "k % 64 == 0, 16-byte alignment)");
+  }
+  auto with_act = [&](auto type) {
+    using T = decltype(type);
+    switch (act) {
+      case Activation::none:
+        return launch<T, Activation::none>(x, m, k, w, n, bias, y, e, stream);
+      case Activation::gelu:
+        return launch<T, Activation::gelu>(x, m, k, w, n, bias, y, e, stream);
+      case Activation::silu:
+        return launch<T, Activation::silu>(x, m, k, w, n, bias, y, e, stream);
+      case Activation::relu:
+        return launch<T, Activation::relu>(x, m, k, w, n, bias, y, e, stream);
+    }
+    fail("activation_linear: unknown activation");
+  };
+  if (e == Element::bf16) {
+    with_act(__nv_bfloat16{});
+  } else {
+    with_act(__half{});
+  }
+}
+
+}  // namespace hark::compute::cuda

@@ -1,0 +1,120 @@
+// The Hopper product with the activation in its epilogue (gemm_sm90.h) against a double
+// reference on the same rounded inputs: a single row, a partial last tile of rows, long k (the
+// ring of stages wraps around several times), more tiles than SMs (each CTA takes several), every
+// activation, with and without bias; rows past m stay unwritten.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "compute/cuda/cuda.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/gemm_sm90.h"
+#include "support/cuda_elements.h"
+#include "support/random_values.h"
+
+namespace hark::compute::cuda {
+namespace {
+
+using hark::testing::uniform_values;
+using testing::decode;
+using testing::element_name;
+using testing::encode;
+using testing::rounded;
+
+double activate(Activation act, double x) {
+  switch (act) {
+    case Activation::silu:
+      return x / (1.0 + std::exp(-x));
+    case Activation::gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::relu:
+      return std::max(x, 0.0);
+    case Activation::none:
+      break;
+  }
+  return x;
+}
+
+const char* activation_name(Activation act) {
+  constexpr const char* kNames[] = {"none", "gelu", "silu", "relu"};
+  return kNames[static_cast<int>(act)];
+}
+
+struct Case {
+  int64_t m, k, n;
+  Activation act;
+  bool bias;
+};
+
+TEST(ActivationLinearCuda, MatchesADoubleReferenceForEveryTileShapeAndActivation) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  if (!activation_linear_runs(Element::bf16, 128, 64, 256, nullptr, nullptr, nullptr, nullptr)) {
+    GTEST_SKIP() << "not a compute capability 9.0 GPU: " << describe();
+  }
+  const Case cases[] = {
+      {1, 64, 256, Activation::silu, true},       // one row of one tile
+      {200, 192, 512, Activation::gelu, false},   // a partial second tile of rows
+      {300, 1024, 768, Activation::silu, true},   // 16 steps through 4 stages
+      {1100, 64, 4096, Activation::none, true},   // 144 tiles: CTAs take several
+      {1100, 128, 4096, Activation::relu, false}  //
+  };
+  constexpr int64_t kGuardRows = 3;
+  constexpr float kSentinel = 1234.0f;
+  for (const Element e : {Element::bf16, Element::f16}) {
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message()
+                   << element_name(e) << " " << c.m << " x " << c.k << " x " << c.n << " "
+                   << activation_name(c.act) << (c.bias ? " with bias" : ""));
+      const auto seed = static_cast<uint32_t>(c.m * 7 + c.k * 3 + c.n);
+      const std::vector<float> x = rounded(e, uniform_values(c.m * c.k, seed));
+      const std::vector<float> w = rounded(e, uniform_values(c.n * c.k, seed + 1, -0.2f, 0.2f));
+      const std::vector<float> bias = rounded(e, uniform_values(c.n, seed + 2));
+      const Buffer x_dev = upload_vector(encode(e, x)), w_dev = upload_vector(encode(e, w));
+      const Buffer bias_dev = upload_vector(encode(e, bias));
+      Buffer y_dev = upload_vector(
+          encode(e, std::vector<float>(static_cast<size_t>((c.m + kGuardRows) * c.n), kSentinel)));
+      activation_linear(e, x_dev.data(), c.m, c.k, w_dev.data(), c.n,
+                        c.bias ? bias_dev.data() : nullptr, c.act, y_dev.data(), nullptr);
+      std::vector<uint8_t> bytes(y_dev.bytes());
+      download(y_dev.data(), bytes.size(), bytes.data());
+      const std::vector<float> y = decode(e, bytes);
+      double worst = 0;
+      for (int64_t row = 0; row < c.m; ++row) {
+        for (int64_t col = 0; col < c.n; ++col) {
+          double sum = c.bias ? bias[col] : 0.0;
+          for (int64_t i = 0; i < c.k; ++i) sum += double{x[row * c.k + i]} * w[col * c.k + i];
+          const double want = activate(c.act, sum);
+          worst = std::max(worst, std::abs(y[row * c.n + col] - want) / (0.05 + std::abs(want)));
+        }
+      }
+      // One rounding to 16 bits (2^-9 relative for bf16) on top of F32 accumulation; a value in
+      // the wrong place is off by about its own size.
+      EXPECT_LT(worst, 8e-3);
+      const float sentinel = rounded(e, {kSentinel})[0];
+      for (int64_t i = c.m * c.n; i < (c.m + kGuardRows) * c.n; ++i) {
+        ASSERT_EQ(y[i], sentinel) << "row " << i / c.n << " past the last was written";
+      }
+    }
+  }
+}
+
+TEST(ActivationLinearCuda, RefusesWhatItCannotRun) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  Buffer any(4096);
+  void* p = any.data();
+  EXPECT_FALSE(activation_linear_runs(Element::f32, 128, 64, 256, p, p, nullptr, p));
+  EXPECT_FALSE(activation_linear_runs(Element::bf16, 128, 64, 200, p, p, nullptr, p));
+  EXPECT_FALSE(activation_linear_runs(Element::bf16, 128, 100, 256, p, p, nullptr, p));
+  EXPECT_FALSE(activation_linear_runs(Element::bf16, 0, 64, 256, p, p, nullptr, p));
+  const auto* odd = static_cast<const uint8_t*>(p) + 2;
+  EXPECT_FALSE(activation_linear_runs(Element::bf16, 128, 64, 256, odd, p, nullptr, p));
+  EXPECT_THROW(
+      activation_linear(Element::f32, p, 128, 64, p, 256, nullptr, Activation::silu, p, nullptr),
+      std::exception);
+}
+
+}  // namespace
+}  // namespace hark::compute::cuda
