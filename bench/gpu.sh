@@ -4,7 +4,7 @@
 # STAGE: tests (GPU unit and parity tests), large (large-v3 parity against transformers fp16/fp32),
 # bench (hark bench on large-v3 / turbo, f16 and q8_0), transformers (the same workload with
 # transformers, for the ratios), parakeet (hark bench and bench/transformers_parakeet.py on
-# parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16), parakeet-oracle (tools/oracle/parakeet.py:
+# parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16, and hark bench --products), parakeet-oracle (tools/oracle/parakeet.py:
 # the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz), profile (hark bench
 # with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3), nsys (Nsight Systems' kernel
 # table for the Parakeet batch, where nsys is installed), ncu (Nsight Compute: every kernel of
@@ -94,7 +94,11 @@ if has parakeet; then
       >> "$out/parakeet.log" 2>&1
     echo "exit $? (hark parakeet-tdt-0.6b-v2, $2 x $1 s)" >> "$out/parakeet.log"
   done
-  grep -vE "^\{|^JSON|warn|_VF|RNN module" "$out/parakeet.log" | tail -60 >> "$summary"
+  # The feed-forward products with their activation, three ways (cuBLASLt, + the activation
+  # kernel, the Hopper kernel with the activation in its epilogue).
+  timeout 120 "$build/hark" bench --device cuda --products >> "$out/parakeet.log" 2>&1
+  echo "exit $? (hark bench --products)" >> "$out/parakeet.log"
+  grep -vE "^\{|^JSON|warn|_VF|RNN module" "$out/parakeet.log" | tail -64 >> "$summary"
 fi
 
 if has profile; then
