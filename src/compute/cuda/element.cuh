@@ -77,6 +77,41 @@ __device__ __forceinline__ float gelu_value(float x) {
   return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
 }
 
+// Two 16-bit values as one 32-bit register (of a tensor-core fragment, or a pair stored
+// together): `low` is the element of the smaller column.
+template <class T>
+__device__ __forceinline__ uint32_t pack_pair(float low, float high);
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__half>(float low, float high) {
+  const __half2 pair = __floats2half2_rn(low, high);
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
+}
+template <>
+__device__ __forceinline__ uint32_t pack_pair<__nv_bfloat16>(float low, float high) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(low, high);
+  uint32_t bits;
+  memcpy(&bits, &pair, sizeof bits);
+  return bits;
+}
+
+// The two values of such a register as F32, `low` in x.
+template <class T>
+__device__ __forceinline__ float2 unpack_pair(uint32_t bits);
+template <>
+__device__ __forceinline__ float2 unpack_pair<__half>(uint32_t bits) {
+  __half2 pair;
+  memcpy(&pair, &bits, sizeof pair);
+  return __half22float2(pair);
+}
+template <>
+__device__ __forceinline__ float2 unpack_pair<__nv_bfloat16>(uint32_t bits) {
+  __nv_bfloat162 pair;
+  memcpy(&pair, &bits, sizeof pair);
+  return __bfloat1622float2(pair);
+}
+
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }

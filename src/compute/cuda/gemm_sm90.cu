@@ -198,27 +198,23 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
 template <class T>
 __device__ __forceinline__ void wgmma_64x256x16(float (&d)[128], uint64_t a, uint64_t b,
                                                 int scale_d) {
+  // The same instruction for both types but for their names.
+#define HARK_WGMMA(type)                                                                       \
+  asm volatile(                                                                                \
+      "{\n"                                                                                    \
+      ".reg .pred accumulate;\n"                                                               \
+      "setp.ne.b32 accumulate, %130, 0;\n"                                                     \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " " HARK_WGMMA_ACCUMULATORS \
+      ", %128, %129, accumulate, 1, 1, 0, 0;\n"                                                \
+      "}\n"                                                                                    \
+      : HARK_WGMMA_OUTPUTS(d)                                                                  \
+      : "l"(a), "l"(b), "r"(scale_d))
   if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    asm volatile(
-        "{\n"
-        ".reg .pred accumulate;\n"
-        "setp.ne.b32 accumulate, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " HARK_WGMMA_ACCUMULATORS
-        ", %128, %129, accumulate, 1, 1, 0, 0;\n"
-        "}\n"
-        : HARK_WGMMA_OUTPUTS(d)
-        : "l"(a), "l"(b), "r"(scale_d));
+    HARK_WGMMA("bf16");
   } else {
-    asm volatile(
-        "{\n"
-        ".reg .pred accumulate;\n"
-        "setp.ne.b32 accumulate, %130, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 " HARK_WGMMA_ACCUMULATORS
-        ", %128, %129, accumulate, 1, 1, 0, 0;\n"
-        "}\n"
-        : HARK_WGMMA_OUTPUTS(d)
-        : "l"(a), "l"(b), "r"(scale_d));
+    HARK_WGMMA("f16");
   }
+#undef HARK_WGMMA
 }
 
 #undef HARK_WGMMA_ACCUMULATORS
@@ -248,19 +244,6 @@ __device__ __forceinline__ float activated(float value) {
     return value;
   }
 }
-
-template <class T>
-struct Pair;
-template <>
-struct Pair<__half> {
-  using type = __half2;
-  static __device__ type make(float a, float b) { return __floats2half2_rn(a, b); }
-};
-template <>
-struct Pair<__nv_bfloat16> {
-  using type = __nv_bfloat162;
-  static __device__ type make(float a, float b) { return __floats2bfloat162_rn(a, b); }
-};
 
 template <class T, Activation kAct>
 __global__ void __launch_bounds__(kThreads, 1)
@@ -375,10 +358,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int slot = ((piece ^ (lane / 4)) * 16) + 4 * (lane % 4);
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const auto pair = Pair<T>::make(activated<kAct>(d[4 * j + 2 * i] + bias0),
-                                          activated<kAct>(d[4 * j + 2 * i + 1] + bias1));
-          *reinterpret_cast<typename Pair<T>::type*>(target + (box_row + 8 * i) * 128 + slot) =
-              pair;
+          *reinterpret_cast<uint32_t*>(target + (box_row + 8 * i) * 128 + slot) =
+              pack_pair<T>(activated<kAct>(d[4 * j + 2 * i] + bias0),
+                           activated<kAct>(d[4 * j + 2 * i + 1] + bias1));
         }
       }
       fence_shared_for_tma();

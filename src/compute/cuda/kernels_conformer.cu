@@ -22,10 +22,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float sigmoid(float x) {
-  return 1.0f / (1.0f + expf(-x));
-}
-
 // ---- Convolutional subsampling ----------------------------------------------------------------
 
 // Both subsampling convolutions. A block computes a tile of up to tile_rows × tile_cols output
@@ -488,7 +484,7 @@ __device__ __forceinline__ float mapped(float value, float factor) {
   if constexpr (kMap == Map::relu) {
     return relu_value(value);
   } else if constexpr (kMap == Map::silu) {
-    return value * sigmoid(value);
+    return silu_value(value);
   } else {
     return value * factor;
   }
@@ -623,7 +619,7 @@ __global__ void __launch_bounds__(kGluSlicePacks* kGluStepThreads)
         const int r = first + k * kGluStepThreads;
         if (r >= staged_rows) break;
 #pragma unroll
-        for (int n = 0; n < N; ++n) value[k][n] *= sigmoid(gate[k][n]);
+        for (int n = 0; n < N; ++n) value[k][n] *= sigmoid_value(gate[k][n]);
         store_staged(value[k], gated + r * kRowFloats, p);
       }
     }
@@ -637,7 +633,7 @@ __global__ void __launch_bounds__(kGluSlicePacks* kGluStepThreads)
   auto finish = [&](float(&sum)[N], int64_t t) {
     if (silu) {
 #pragma unroll
-      for (int n = 0; n < N; ++n) sum[n] *= sigmoid(sum[n]);
+      for (int n = 0; n < N; ++n) sum[n] *= sigmoid_value(sum[n]);
     }
     store_pack(sum, out + t * channels);
   };
@@ -929,10 +925,10 @@ __global__ void lstm_cell_kernel(const T* gates, const T* input_gates, const int
     auto gate = [&](int64_t column) {
       return to_float(row[column]) + (input != nullptr ? to_float(input[column]) : 0.0f);
     };
-    const float input_gate = sigmoid(gate(j));
-    const float forget_gate = sigmoid(gate(hidden + j));
+    const float input_gate = sigmoid_value(gate(j));
+    const float forget_gate = sigmoid_value(gate(hidden + j));
     const float candidate = tanhf(gate(2 * hidden + j));
-    const float output_gate = sigmoid(gate(3 * hidden + j));
+    const float output_gate = sigmoid_value(gate(3 * hidden + j));
     const float cell = forget_gate * c[i] + input_gate * candidate;
     c[i] = cell;
     h[i] = from_float<T>(output_gate * tanhf(cell));

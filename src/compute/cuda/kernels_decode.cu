@@ -123,10 +123,6 @@ __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-__device__ __forceinline__ float gelu_erf(float value) {
-  return 0.5f * value * (1.0f + erff(value * 0.70710678118654752f));
-}
-
 // c += A · B for A 16 × 16 (row-major fragment a0…a3), B 16 × 8 (column-major b0, b1), each
 // register two 16-bit values, the lower k in the low half. Lane l = 4g + t holds A's rows g
 // (a0, a2) and g + 8 (a1, a3) and B's column g, at k 2t, 2t + 1 (a0, a1, b0) and 2t + 8, 2t + 9
@@ -222,7 +218,7 @@ template <class T>
 __device__ __forceinline__ void store_output(const Params<T>& p, int b, int64_t n, float value) {
   if (b >= p.batch || n >= p.n_out) return;
   if (p.bias != nullptr) value += to_float(p.bias[n]);
-  if (p.gelu) value = gelu_erf(value);
+  if (p.gelu) value = gelu_value(value);
   if (p.y_f32 != nullptr) {
     p.y_f32[b * p.n_out + n] = value;
     return;

@@ -185,10 +185,6 @@ void launch_layer_norm(const T* x, const T* gamma, const T* beta, float eps, int
 
 // ---- bias_gelu, add_rows, embed ---------------------------------------------------------------
 
-__device__ __forceinline__ float gelu(float value) {
-  return 0.5f * value * (1.0f + erff(value * 0.70710678118654752f));
-}
-
 template <class T, int N>
 __global__ void bias_gelu_kernel(T* x, const T* bias, int64_t rows, int64_t cols) {
   const int64_t packs = cols / N;
@@ -204,7 +200,7 @@ __global__ void bias_gelu_kernel(T* x, const T* bias, int64_t rows, int64_t cols
         for (int i = 0; i < N; ++i) values[i] += offsets[i];
       }
 #pragma unroll
-      for (int i = 0; i < N; ++i) values[i] = gelu(values[i]);
+      for (int i = 0; i < N; ++i) values[i] = gelu_value(values[i]);
       store_pack(values, line + pack * N);
     }
   }
