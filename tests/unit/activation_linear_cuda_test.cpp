@@ -1,7 +1,7 @@
 // The Hopper product with the activation in its epilogue (gemm_sm90.h) against a double
 // reference on the same rounded inputs: a single row, a partial last tile of rows, long k (the
-// ring of stages wraps around several times), more tiles than SMs (each CTA takes several), every
-// activation, with and without bias; rows past m stay unwritten.
+// ring of stages wraps around several times), more tiles than SMs (each CTA takes several, its
+// two consumers in turn), every activation, with and without bias; rows past m stay unwritten.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -58,7 +58,8 @@ TEST(ActivationLinearCuda, MatchesADoubleReferenceForEveryTileShapeAndActivation
       {1, 64, 256, Activation::silu, true},       // one row of one tile
       {200, 192, 512, Activation::gelu, false},   // a partial second tile of rows
       {300, 1024, 768, Activation::silu, true},   // 16 steps through 4 stages
-      {1100, 64, 4096, Activation::none, true},   // 144 tiles: CTAs take several
+      {600, 512, 4096, Activation::silu, true},   // 160 tiles of 8 steps: consumers take turns
+      {1100, 64, 4096, Activation::none, true},   // 288 tiles: CTAs take several
       {1100, 128, 4096, Activation::relu, false}  //
   };
   constexpr int64_t kGuardRows = 3;

@@ -1,19 +1,20 @@
 // Hopper products with the activation in the epilogue (gemm_sm90.h). Compiled for sm_90a only
 // (CMakeLists.txt): wgmma and the tensor memory accelerator (TMA) exist in no portable target.
 //
-// One persistent CTA per SM walks output tiles of 128 × 256. Three warpgroups share it:
-//   - the producer (one thread) copies 128 × 64 tiles of x and 256 × 64 tiles of w into a ring of
-//     kStages shared-memory stages with TMA, in the 128-byte swizzled layout that wgmma reads
-//     without bank conflicts, each stage's arrival counted by its "full" barrier;
-//   - two consumer warpgroups, 64 rows of the tile each, multiply a stage with four
-//     wgmma.m64n256k16 (F32 accumulators: 128 registers a thread), free it through its "empty"
-//     barrier, and after the last stage of a tile add the bias, apply the activation, round, and
-//     write 64 × 64 boxes of the result into shared memory, which TMA stores to global memory
-//     while the warpgroup goes on to its next tile.
-// While the consumers run a tile's epilogue, the producer already fills stages for the next one.
-// The epilogue is what decides the speed: the products alone run at cuBLASLt's rate (890
-// TFLOP/s on 16,000 × 1024 × 4096 on an H200, 151 µs); storing the accumulators straight from
-// registers (4-byte pieces of 8 rows a warp) took 238 µs, through shared memory and TMA 173.
+// One persistent CTA per SM walks output tiles of 128 × 128. Three warpgroups share it:
+//   - the producer (one thread) copies 128 × 64 tiles of x and of w into a ring of kStages
+//     shared-memory stages with TMA, in the 128-byte swizzled layout that wgmma reads without
+//     bank conflicts, each stage's arrival counted by its "full" barrier, tile after tile;
+//   - two consumer warpgroups take the CTA's tiles in turn (ping-pong). A consumer multiplies a
+//     stage with two wgmma.m64n128k16 per 16 values of k (F32 accumulators: 128 registers a
+//     thread), frees it through its "empty" barrier, and after the last stage of its tile adds
+//     the bias, applies the activation, rounds, and writes 64 × 64 boxes of the result into
+//     shared memory, which TMA stores to global memory while the warpgroup goes on.
+// The epilogue is what decides the speed. The products alone run at cuBLASLt's rate (890
+// TFLOP/s on 16,000 × 1024 × 4096 on an H200, 151 µs); with both consumers on one 128 × 256
+// tile (each 64 rows), the tensor cores waited for every epilogue: 238 µs storing straight from
+// registers (4-byte pieces of 8 rows a warp), 173 through shared memory and TMA. Taking tiles
+// in turn, one consumer's products run while the other stores.
 #include "compute/cuda/gemm_sm90.h"
 
 #include <cuda.h>
@@ -30,10 +31,10 @@ namespace hark::compute::cuda {
 
 namespace {
 
-constexpr int kTileRows = 128;  // two consumer warpgroups of 64 rows
-constexpr int kTileCols = 256;  // the widest wgmma
+constexpr int kTileRows = 128;  // a consumer's tile: two wgmma of 64 rows
+constexpr int kTileCols = 128;
 constexpr int kTileDepth = 64;  // 64 16-bit values: one 128-byte row of the swizzle
-constexpr int kStages = 4;
+constexpr int kStages = 6;
 constexpr int kThreads = 384;  // the producer warpgroup, then the two consumers
 constexpr int kStageXBytes = kTileRows * kTileDepth * 2;
 constexpr int kStageWBytes = kTileCols * kTileDepth * 2;
@@ -43,9 +44,12 @@ constexpr int kStageBytes = kStageXBytes + kStageWBytes;
 constexpr int kBoxCols = 64;
 constexpr int kBoxBytes = 64 * kBoxCols * 2;
 constexpr int kOutputBytes = 2 * 2 * kBoxBytes;
-// The stages, the boxes, the barriers, and room to align the stages to the swizzle's 1024-byte
-// period: 225 KB of the 227 an SM gives a CTA.
-constexpr int kSharedBytes = kStages * kStageBytes + kOutputBytes + 2 * kStages * 8 + 1024;
+// The stages, the boxes, the barriers (full and empty per stage, the consumers' two turns), and
+// room to align the stages to the swizzle's 1024-byte period: 225 KB of the 227 an SM gives a
+// CTA.
+constexpr int kBarriers = 2 * kStages + 2;
+constexpr int kSharedBytes = kStages * kStageBytes + kOutputBytes + kBarriers * 8 + 1024;
+static_assert(kSharedBytes <= 227 * 1024);
 // setmaxnreg: the producer gives registers back so that the consumers can hold 128
 // accumulators each (40 · 128 + 232 · 256 ≤ 65,536 registers of an SM).
 constexpr int kProducerRegisters = 40;
@@ -153,9 +157,12 @@ __device__ __forceinline__ void wgmma_wait() {
 
 // Keeps the compiler from moving reads or writes of the accumulators across the asynchronous
 // products that own them.
-__device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
+__device__ __forceinline__ void fence_accumulators(float (&d)[2][64]) {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[h][i])::"memory");
+  }
 }
 
 #define HARK_WGMMA_ACCUMULATORS                                                      \
@@ -163,12 +170,7 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
   "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
   "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
-  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, " \
-  "%66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, " \
-  "%82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, " \
-  "%98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, "     \
-  "%111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, "   \
-  "%124, %125, %126, %127"                                                           \
+  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"             \
   "}"
 
 #define HARK_WGMMA_OUTPUTS(d)                                                                     \
@@ -180,32 +182,22 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[128]) {
       "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
       "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
       "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
-      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),  \
-      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]),  \
-      "+f"(d[71]), "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]),  \
-      "+f"(d[78]), "+f"(d[79]), "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]),  \
-      "+f"(d[85]), "+f"(d[86]), "+f"(d[87]), "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]),  \
-      "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]), "+f"(d[96]), "+f"(d[97]), "+f"(d[98]),  \
-      "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]), "+f"(d[104]),          \
-      "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]),         \
-      "+f"(d[111]), "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]),         \
-      "+f"(d[117]), "+f"(d[118]), "+f"(d[119]), "+f"(d[120]), "+f"(d[121]), "+f"(d[122]),         \
-      "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-// d (+)= a · bᵀ for a 64 × 16 tile of x and a 256 × 16 tile of w (descriptors); scale_d 0
+// d (+)= a · bᵀ for a 64 × 16 tile of x and a 128 × 16 tile of w (descriptors); scale_d 0
 // overwrites d. Thread t of the warpgroup holds d[4j + 2i + c] at row 16·(t / 32) + (t % 32) / 4
 // + 8i, column 8j + 2·(t % 4) + c.
 template <class T>
-__device__ __forceinline__ void wgmma_64x256x16(float (&d)[128], uint64_t a, uint64_t b,
+__device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], uint64_t a, uint64_t b,
                                                 int scale_d) {
   // The same instruction for both types but for their names.
 #define HARK_WGMMA(type)                                                                       \
   asm volatile(                                                                                \
       "{\n"                                                                                    \
       ".reg .pred accumulate;\n"                                                               \
-      "setp.ne.b32 accumulate, %130, 0;\n"                                                     \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." type "." type " " HARK_WGMMA_ACCUMULATORS \
-      ", %128, %129, accumulate, 1, 1, 0, 0;\n"                                                \
+      "setp.ne.b32 accumulate, %66, 0;\n"                                                      \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " HARK_WGMMA_ACCUMULATORS \
+      ", %64, %65, accumulate, 1, 1, 0, 0;\n"                                                  \
       "}\n"                                                                                    \
       : HARK_WGMMA_OUTPUTS(d)                                                                  \
       : "l"(a), "l"(b), "r"(scale_d))
@@ -260,6 +252,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   uint8_t* boxes = shared + kStages * kStageBytes;  // 1024-aligned: stages are multiples of it
   auto* full = reinterpret_cast<uint64_t*>(boxes + kOutputBytes);
   uint64_t* empty = full + kStages;
+  uint64_t* turn = empty + kStages;  // turn[c]: consumer c's products may start (see below)
 
   const int tiles_n = n / kTileCols;
   const int tiles = (m + kTileRows - 1) / kTileRows * tiles_n;
@@ -269,8 +262,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
       barrier_init(&full[s], 1);   // the producer's expect_tx; the bytes complete it
-      barrier_init(&empty[s], 2);  // one thread of each consumer, once its products have read
+      barrier_init(&empty[s], 1);  // one thread of the consumer, once its products have read
     }
+    barrier_init(&turn[0], 1);
+    barrier_init(&turn[1], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
   }
   __syncthreads();
@@ -299,19 +294,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegisters));
-  const int consumer = warpgroup - 1;  // rows 64 · consumer of each tile
+  // The CTA's tiles alternate between the consumers (ping-pong): while one runs its epilogue,
+  // the other's products keep the tensor cores busy. The producer fills the stages in the CTA's
+  // tile order, so a consumer finds its tile's steps at fixed places of that sequence. The
+  // consumers' products also take turns (consumer 0 first; each starts a tile once the other has
+  // issued its tile's last products): a consumer that skips the other's steps could otherwise
+  // wait on a stage two fillings ahead, which a barrier's phase parity cannot tell from the
+  // filling before.
+  const int consumer = warpgroup - 1;
   const int thread = threadIdx.x % 128;
-  int stage = 0;
-  uint32_t phase = 0;
-  float d[128];
-  for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  float d[2][64];  // rows 0-63 and 64-127 of the tile
+  int taken = 0;   // this consumer's tiles so far
+  for (int order = consumer, tile = blockIdx.x + consumer * gridDim.x; tile < tiles;
+       order += 2, tile += 2 * gridDim.x, ++taken) {
     const int row = tile / tiles_n * kTileRows, col = tile % tiles_n * kTileCols;
+    // The other consumer arrives on turn[consumer] after each of its tiles: consumer 0 waits for
+    // consumer 1's tile taken − 1, consumer 1 for consumer 0's tile taken.
+    if (consumer == 1) {
+      barrier_wait(&turn[1], taken & 1);
+    } else if (taken > 0) {
+      barrier_wait(&turn[0], (taken - 1) & 1);
+    }
     // One step's products stay in flight while the next step's are issued; a stage is freed once
     // the products after it have been issued and it has been read.
     int previous = -1;
     for (int step = 0; step < depth_steps; ++step) {
-      barrier_wait(&full[stage], phase);
-      const uint64_t a = operand_descriptor(x_stages + stage * kStageXBytes + consumer * 64 * 128);
+      const int load = order * depth_steps + step;  // the producer's count of stages filled
+      const int stage = load % kStages;
+      barrier_wait(&full[stage], (load / kStages) & 1);
+      const uint8_t* x_tile = x_stages + stage * kStageXBytes;
+      const uint64_t a0 = operand_descriptor(x_tile), a1 = operand_descriptor(x_tile + 64 * 128);
       const uint64_t b = operand_descriptor(w_stages + stage * kStageWBytes);
       fence_accumulators(d);
       wgmma_fence();
@@ -319,7 +331,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int slice = 0; slice < kTileDepth / 16; ++slice) {
         // 16 values further along k: 32 bytes, 2 in the descriptor's 16-byte units; the
         // hardware applies the swizzle to the address it forms.
-        wgmma_64x256x16<T>(d, a + 2 * slice, b + 2 * slice, step > 0 || slice > 0);
+        const int accumulate = step > 0 || slice > 0;
+        wgmma_64x128x16<T>(d[0], a0 + 2 * slice, b + 2 * slice, accumulate);
+        wgmma_64x128x16<T>(d[1], a1 + 2 * slice, b + 2 * slice, accumulate);
       }
       wgmma_commit();
       fence_accumulators(d);
@@ -328,30 +342,30 @@ __global__ void __launch_bounds__(kThreads, 1)
       // products of the previous stage are done, and one arrival speaks for all 128 threads.
       if (previous >= 0 && thread == 0) barrier_arrive(&empty[previous]);
       previous = stage;
-      if (++stage == kStages) {
-        stage = 0;
-        phase ^= 1;
-      }
     }
+    // Every stage of the tile has been waited for and its products issued: the other consumer's
+    // turn.
+    if (thread == 0) barrier_arrive(&turn[1 - consumer]);
     wgmma_wait<0>();
     fence_accumulators(d);
     if (previous >= 0 && thread == 0) barrier_arrive(&empty[previous]);
 
-    // Epilogue: bias, activation, one rounding, then the warpgroup's 64 rows go out as four boxes
-    // of 64 columns. A box is written in the 128-byte swizzle that the store's tensor map names
-    // (16-byte piece p of row r at p ^ (r % 8)): the eight rows a warp writes at once then fall
-    // in distinct banks.
+    // Epilogue: bias, activation, one rounding, then the tile goes out as four boxes of 64 × 64
+    // (two halves of rows, two of columns). A box is written in the 128-byte swizzle that the
+    // store's tensor map names (16-byte piece p of row r at p ^ (r % 8)): the eight rows a warp
+    // writes at once then fall in distinct banks.
     const int warp = thread / 32, lane = thread % 32;
     const int box_row = warp * 16 + lane / 4;  // and box_row + 8; box_row % 8 == lane / 4
 #pragma unroll
-    for (int box = 0; box < kTileCols / kBoxCols; ++box) {
+    for (int box = 0; box < 4; ++box) {
+      const int half = box / 2, box_col = box % 2;
       uint8_t* target = boxes + (consumer * 2 + box % 2) * kBoxBytes;
       // The box written two boxes ago from this buffer must have been read by its store.
       if (thread == 0) tma_store_wait_read<1>();
       warpgroup_sync(1 + consumer);
 #pragma unroll
       for (int piece = 0; piece < kBoxCols / 8; ++piece) {
-        const int j = box * (kBoxCols / 8) + piece;  // the accumulators' 8-column group
+        const int j = box_col * (kBoxCols / 8) + piece;  // the accumulators' 8-column group
         const int column = col + 8 * j + 2 * (lane % 4);
         const float bias0 = bias != nullptr ? to_float(bias[column]) : 0.0f;
         const float bias1 = bias != nullptr ? to_float(bias[column + 1]) : 0.0f;
@@ -359,14 +373,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           *reinterpret_cast<uint32_t*>(target + (box_row + 8 * i) * 128 + slot) =
-              pack_pair<T>(activated<kAct>(d[4 * j + 2 * i] + bias0),
-                           activated<kAct>(d[4 * j + 2 * i + 1] + bias1));
+              pack_pair<T>(activated<kAct>(d[half][4 * j + 2 * i] + bias0),
+                           activated<kAct>(d[half][4 * j + 2 * i + 1] + bias1));
         }
       }
       fence_shared_for_tma();
       warpgroup_sync(1 + consumer);
       if (thread == 0) {
-        tma_store(&y_map, target, col + box * kBoxCols, row + consumer * 64);
+        tma_store(&y_map, target, col + box_col * kBoxCols, row + half * 64);
         tma_store_commit();
       }
     }
@@ -474,7 +488,7 @@ void activation_linear(Element e, const void* x, int64_t m, int64_t k, const voi
                        const void* bias, Activation act, void* y, cudaStream_t stream) {
   if (!activation_linear_runs(e, m, k, n, x, w, bias, y)) {
     fail("activation_linear: a ", m, " x ", n, " x ", k,
-         " product it cannot run (needs compute capability 9.0, 16-bit elements, n % 256 == 0, "
+         " product it cannot run (needs compute capability 9.0, 16-bit elements, n % 128 == 0, "
          "k % 64 == 0, 16-byte alignment)");
   }
   auto with_act = [&](auto type) {

@@ -17,7 +17,7 @@ namespace hark::compute::cuda {
 enum class Activation : uint8_t { none, gelu, silu, relu };
 
 // Whether activation_linear runs these operands: a GPU of compute capability 9.0, 16-bit
-// elements, n a multiple of 256, k a multiple of 64, every pointer 16-byte aligned.
+// elements, n a multiple of 128, k a multiple of 64, every pointer 16-byte aligned.
 bool activation_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const void* x,
                             const void* w, const void* bias, const void* y);
 
