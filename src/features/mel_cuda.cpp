@@ -143,7 +143,8 @@ CudaMelSpectrogram::CudaMelSpectrogram(const MelSpectrogram& mel) : mel_(mel) {
 }
 
 void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utterances,
-                                 cudaStream_t stream, DeviceMelBatch& out) {
+                                 cudaStream_t stream, DeviceMelBatch& out,
+                                 gpu::StageClock* clock) {
   const MelConfig& c = mel_.config();
   const int batch = static_cast<int>(utterances.size());
   const int64_t mels = c.n_mels;
@@ -237,7 +238,9 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
     fail("audio sample ", position - owner->offset, " is not a finite number");
   }
 
+  if (clock != nullptr) clock->mark("features: waiting for the samples");
   inputs_uploaded_.make_wait(stream);
+  if (clock != nullptr) clock->mark("features: spectrum");
   const auto* signal = out.signal.as<const float>();
   const auto* utterance_table = out.utterances.as<const gpu::MelUtterance>();
   float* values = out.values.as<float>();

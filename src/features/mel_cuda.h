@@ -23,6 +23,7 @@
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm.h"
 #include "compute/cuda/kernels_mel.h"
+#include "compute/cuda/profile.h"
 #include "features/mel.h"
 
 namespace hark::features {
@@ -63,9 +64,10 @@ class CudaMelSpectrogram {
   // the copies to the GPU already run beside it.
   // Throws hark::Error, before any kernel is queued, on a sample that is NaN or infinite (as
   // MelSpectrogram::compute does; copies into out's buffers may be queued, and `out` is not to be
-  // used). Uses the object's scratch: one call at a time.
+  // used). Uses the object's scratch: one call at a time. With a `clock` (HARK_CUDA_PROFILE), the
+  // wait of `stream` for the samples and the spectrum are stages of their own.
   void compute(std::span<const std::span<const float>> utterances, cudaStream_t stream,
-               DeviceMelBatch& out);
+               DeviceMelBatch& out, compute::cuda::StageClock* clock = nullptr);
 
  private:
   MelSpectrogram mel_;

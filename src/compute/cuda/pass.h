@@ -122,6 +122,7 @@ class Pass {
   void mark(const char* stage) { clock_.mark(stage); }
   void finish_stages() { clock_.finish(); }
   bool profiling() const { return clock_.enabled(); }
+  StageClock& clock() { return clock_; }
 
   // Where the pass's own scratch (its ops' workspaces) lies now, as numbers for the key of a
   // ReplayedGraph (graph.h) of its ops: a graph captured before one of them moved is stale.

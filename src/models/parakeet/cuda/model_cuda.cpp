@@ -134,8 +134,8 @@ class CudaModel final : public Model {
       // Model::features computes it: the STFT's last frame of each utterance is padding (zeros),
       // the encoder reads the L before it.
       features::DeviceMelBatch& features = features_;
-      encode_pass_->mark("features");
-      front_end_.compute(utterances, encode_stream_.get(), features);
+      encode_pass_->mark("features: staging the samples");
+      front_end_.compute(utterances, encode_stream_.get(), features, &encode_pass_->clock());
       for (size_t b = 0; b < lengths.size(); ++b) {
         if (features.frames[b] != lengths[b] + 1) {
           fail("Parakeet front end: ", features.frames[b], " STFT frames for ",
