@@ -557,20 +557,14 @@ std::vector<double> rel_attention_reference(const AttentionCase& c, const std::v
 // How a check runs the attention:
 //   kernel: rel_pos_attention's kernel itself (every element type, F32 arithmetic) with both
 //   biases; kernel_content_bias: the same without bias_v (null), as Pass calls it;
-//   pass_*: Pass::rel_pos_attention in F16/BF16 with head sizes of 64 and 128 (the tensor-core
-//   path: the position scores as a batched product straight from q, the flash kernel reading
-//   them shifted and adding the content bias to the queries), its heads in one group or one at a
-//   time. Pass takes queries that hold the position bias and the content bias u − v' (pass.h):
+//   pass: Pass::rel_pos_attention in F16/BF16 with head sizes of 64 and 128 (the tensor-core
+//   path: the flash kernel computing the position scores from q and the table as it goes, and
+//   adding the content bias to the queries). Pass takes queries that hold the position bias and
+//   the content bias u − v' (pass.h):
 //   the check gives it random q and u and compares with the reference for q, u and v' = 0;
 //   flash_query_bias: padded_attention itself with a query bias (u) and no position scores
 //   (compared with the reference for a position table of zeros and v' = 0).
-enum class Route {
-  kernel,
-  kernel_content_bias,
-  pass_all_heads,
-  pass_one_head_at_a_time,
-  flash_query_bias
-};
+enum class Route { kernel, kernel_content_bias, pass, flash_query_bias };
 
 // Packed (starts): the valid rows of q, k, v alone, back to back, and the output likewise, with
 // guard rows after it that must stay unwritten; compared row for row with the padded reference.
@@ -643,10 +637,9 @@ void check_rel_attention(const AttentionCase& c, Route route = Route::kernel, bo
     } else {
       ASSERT_TRUE(padded_attention_runs(e, c.head_dim));
       Pass pass(e, nullptr);
-      if (route == Route::pass_one_head_at_a_time) pass.limit_relative_scores(1);
       pass.rel_pos_attention(base, k, values, 3 * width, p.data(), width, u.data(),
-                             lengths.as<int32_t>(), starts_arg, rows, batch, c.steps, c.heads,
-                             c.head_dim, scale, out.data(), width);
+                             lengths.as<int32_t>(), starts_arg, batch, c.steps, c.heads, c.head_dim,
+                             scale, out.data(), width);
       tol = 8 * rounding(e);
     }
     const std::vector<double> want =
@@ -669,10 +662,8 @@ void check_rel_attention(const AttentionCase& c, Route route = Route::kernel, bo
 }
 
 void check_tensor_core_rel_attention(const AttentionCase& c) {
-  check_rel_attention(c, Route::pass_all_heads);
-  check_rel_attention(c, Route::pass_one_head_at_a_time);
-  check_rel_attention(c, Route::pass_all_heads, /*packed=*/true);
-  check_rel_attention(c, Route::pass_one_head_at_a_time, /*packed=*/true);
+  check_rel_attention(c, Route::pass);
+  check_rel_attention(c, Route::pass, /*packed=*/true);
   check_rel_attention(c, Route::flash_query_bias);
   check_rel_attention(c, Route::flash_query_bias, /*packed=*/true);
 }
@@ -715,6 +706,10 @@ TEST(ParakeetKernelsCuda, RelPosAttentionOnTensorCoresHeadDim128) {
   // 150 steps: two query tiles (the second all padding for two sequences), three key tiles;
   // a sequence of one step.
   check_tensor_core_rel_attention({150, 2, 128, {150, 129, 1}});
+  // 330 steps: three query tiles, six key tiles, so that the ring of position rows wraps around
+  // twice; lengths ending inside a tile, on a tile's edge, and in the last query tile.
+  check_rel_attention({330, 2, 128, {330, 257, 128, 1, 190}}, Route::pass);
+  check_rel_attention({330, 2, 128, {330, 257, 128, 1, 190}}, Route::pass, /*packed=*/true);
 }
 
 // ---- Heads ------------------------------------------------------------------------------------

@@ -86,26 +86,27 @@ void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_s
                int head_dim, int64_t q_len, int64_t kv_len, float scale, bool causal,
                cudaStream_t stream);
 
-// Scores added to q·k before the softmax, as Transformer-XL's relative positions need them:
-// for sequence b, head h, query i and key j, the term is
-//   scores[b · batch_stride + h · head_stride + i · row_stride + (steps − 1 − i + j)],
-// i.e. row i of a [steps, 2·steps − 1] matrix of position scores read at relative position
-// j − i: the "relative shift" done by the read, with no shifted copy.
-struct RelativeScores {
-  const void* scores = nullptr;  // element type of the attention
-  int64_t row_stride = 0, head_stride = 0, batch_stride = 0;
-  int64_t steps = 0;
+// Transformer-XL's relative positions for padded_attention: the projected position table
+// [2·steps − 1, heads · head_dim] (element type of the attention, row stride row_stride, rows
+// 16-byte aligned), whose row steps − 1 − r belongs to relative position r. For query i and key j
+// of any sequence, head h's score gains q_i · p_(steps − 1 − i + j) over the head's columns, with
+// q_i as it is in memory (before any query bias): the "relative shift", done by the kernel
+// picking, for each score, the product with the right row.
+struct RelativePositions {
+  const void* table = nullptr;
+  int64_t row_stride = 0;
+  int64_t steps = 0;  // padded_attention's steps
 };
 
 // `attention` without causality over a padded batch, on the tensor cores: sequence b has
 // lengths[b] valid steps of the q_len (= kv_len) padded ones; its queries see its first
 // lengths[b] keys, and its rows at or past lengths[b] are written as zeros. Packed instead, with
 // `starts` (a device array; needs lengths): sequence b's rows begin at row starts[b] of q, k, v,
-// out and the relative scores (batch strides unused), and only its lengths[b] rows exist and are
-// written; steps is the longest length. With `relative`, its scores are added to q·k (both then
-// scaled). With `query_bias` [heads, head_dim] (element type; null: none), row h is added to
-// every query of head h as it is loaded, the sum rounded to the element type: the scores are
-// those of q + query_bias (relative-position attention's content bias on queries that hold
+// and out (batch strides unused), and only its lengths[b] rows exist and are
+// written; steps is the longest length. With `relative`, the position scores are added to q·k
+// (both then scaled). With `query_bias` [heads, head_dim] (element type; null: none), row h is
+// added to every query of head h as it is loaded, the sum rounded to the element type: the scores
+// are those of q + query_bias (relative-position attention's content bias on queries that hold
 // another bias, Pass::rel_pos_attention). For what padded_attention_runs accepts (16-bit
 // elements, head_dim 64 or 128); its pointers must be 16-byte aligned and its strides multiples
 // of 8 elements, or it fails.
@@ -113,9 +114,9 @@ bool padded_attention_runs(Element e, int head_dim);
 void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
                       const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
                       void* out, int64_t out_row_stride, int64_t out_batch_stride,
-                      const int32_t* lengths, const int32_t* starts, const RelativeScores* relative,
-                      const void* query_bias, int batch, int heads, int head_dim, int64_t steps,
-                      float scale, cudaStream_t stream);
+                      const int32_t* lengths, const int32_t* starts,
+                      const RelativePositions* relative, const void* query_bias, int batch,
+                      int heads, int head_dim, int64_t steps, float scale, cudaStream_t stream);
 
 // One query per sequence (a decode step): q [batch, heads · head_dim] (row stride q_stride),
 // keys/values of sequence b at k/v + b · kv_batch_stride, one row per position kv_row_stride

@@ -172,23 +172,33 @@ __device__ __forceinline__ void mma_16816<__nv_bfloat16>(float (&d)[4], const ui
 constexpr int kFlashRows = 128;
 constexpr int kFlashKeys = 64;
 
-template <int kHeadDim>
+// Relative positions (kRelative): a key tile of the CTA's 128 queries needs the projected
+// position rows of kFlashRows + kFlashKeys − 1 relative positions, and the next tile those 64
+// further on. They stay in a ring of kRingRows rows in shared memory: each key tile loads the 64
+// it adds, with its keys and values, into the rows that the tile before last has finished with.
+constexpr int kRingRows = 256;
+static_assert(kRingRows >= kFlashRows + 2 * kFlashKeys, "a tile's band and the next one's rows");
+
+template <int kHeadDim, bool kRelative = false>
 struct FlashShape {
   // head_dim 128 needs twice the accumulators per row, so it takes one row block per warp.
   static constexpr int kRowBlocks = kHeadDim == 64 ? 2 : 1;
   static constexpr int kWarps = kFlashRows / (16 * kRowBlocks);
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlocksPerSm = kHeadDim == 64 ? 2 : 1;
+  // With relative positions, head_dim 64 needs more shared memory than two CTAs of an SM have.
+  static constexpr int kBlocksPerSm = kHeadDim == 64 && !kRelative ? 2 : 1;
   // 16 bytes of padding per row: ldmatrix then reads 8 rows from 8 different bank quads.
   static constexpr int kStride = kHeadDim + 8;
-  static constexpr size_t kSharedBytes = size_t{kFlashRows + 4 * kFlashKeys} * kStride * 2;
+  // A warp's rows see kBandTiles8 · 8 relative positions per key tile (its 16 · kRowBlocks rows
+  // and the tile's 64 keys span 16 · kRowBlocks + 63); their scores go through shared memory
+  // (F32, rows of kBandStride: the shifted reads of the scores' owners then meet at most two to
+  // a bank).
+  static constexpr int kBandTiles8 = (16 * kRowBlocks + kFlashKeys) / 8;
+  static constexpr int kBandStride = kBandTiles8 * 8 + 8;
+  static constexpr size_t kSharedBytes =
+      size_t{kFlashRows + 4 * kFlashKeys + (kRelative ? kRingRows : 0)} * kStride * 2 +
+      (kRelative ? size_t{kFlashRows} * kBandStride * sizeof(float) : 0);
 };
-
-// Relative-position scores staged per key tile: kFlashKeys values from up to 7 before them, in
-// 16-byte pieces.
-constexpr int kBandChunks = kFlashKeys / 8 + 1;
-constexpr int kBandStride = kBandChunks * 8;
-constexpr size_t kBandBytes = size_t{2} * kFlashRows * kBandStride * 2;
 
 // 2^x on the special function unit; tiny results flush to zero, which P in F16/BF16 cannot hold.
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -197,11 +207,11 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return y;
 }
 
-// Relative-position scores (RelativeScores) as the kernel reads them.
+// The projected position table (RelativePositions) as the kernel reads it.
 template <class T>
-struct RelativeRows {
-  const T* scores;
-  int64_t row_stride, head_stride, batch_stride;
+struct PositionTable {
+  const T* rows;
+  int64_t row_stride;
   int steps;
 };
 
@@ -229,22 +239,25 @@ __device__ __forceinline__ void add_query_bias(uint32_t (&fragments)[kRowBlocks]
   }
 }
 
-// With kRelative, each score q·k gets its relative-position score added first; the scores a key
-// tile needs (a shifted band of 128 rows) are staged in shared memory with its keys and values.
+// With kRelative, each score q·k gets its relative-position score q·p added first (q as loaded,
+// before any query bias; p the table's row steps − 1 − i + j): per key tile, each warp multiplies
+// its queries with the band of position rows its scores need (on the tensor cores, like Q·Kᵀ),
+// and picks the shifted diagonal out of the products through shared memory. The relative shift
+// happens in that read, and the [queries, 2·steps − 1] matrix of position scores never exists.
 // With `lengths` (null: q_len and kv_len for every sequence), sequence b has lengths[b] valid
 // queries and keys, and its query rows from there to q_len are written as zeros. With
 // `query_bias` (null: none), row h of it is added to the queries of head h (add_query_bias).
 template <class T, int kHeadDim, bool kRelative>
-__global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
-                                  FlashShape<kHeadDim>::kBlocksPerSm)
+__global__ void __launch_bounds__(FlashShape<kHeadDim, kRelative>::kThreads,
+                                  FlashShape<kHeadDim, kRelative>::kBlocksPerSm)
     flash_attention_kernel(const T* __restrict__ q, int64_t q_row_stride, int64_t q_batch_stride,
                            const T* __restrict__ k, const T* __restrict__ v, int64_t kv_row_stride,
                            int64_t kv_batch_stride, T* __restrict__ out, int64_t out_row_stride,
                            int64_t out_batch_stride, int q_len, int kv_len,
                            const int32_t* __restrict__ lengths, const int32_t* __restrict__ starts,
-                           RelativeRows<T> relative, const T* __restrict__ query_bias,
+                           PositionTable<T> positions, const T* __restrict__ query_bias,
                            float scale_log2, bool causal) {
-  using Shape = FlashShape<kHeadDim>;
+  using Shape = FlashShape<kHeadDim, kRelative>;
   constexpr int kRowBlocks = Shape::kRowBlocks;
   constexpr int kThreads = Shape::kThreads;
   constexpr int kStride = Shape::kStride;
@@ -257,8 +270,10 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
   T* const q_tile = reinterpret_cast<T*>(flash_shared);   // [kFlashRows][kStride]
   T* const k_tiles = q_tile + kFlashRows * kStride;       // [2][kFlashKeys][kStride]
   T* const v_tiles = k_tiles + 2 * kFlashKeys * kStride;  // [2][kFlashKeys][kStride]
-  // With kRelative: [2][kFlashRows][kBandStride], the position scores of a key tile.
-  T* const band_tiles = v_tiles + 2 * kFlashKeys * kStride;
+  // With kRelative: [kRingRows][kStride], position rows (see below); then, per warp,
+  // [16 · kRowBlocks][kBandStride] F32 scores of its queries against its band of positions.
+  T* const position_ring = v_tiles + 2 * kFlashKeys * kStride;
+  float* const band_scores = reinterpret_cast<float*>(position_ring + kRingRows * kStride);
 
   const int first_query = blockIdx.x * kFlashRows;
   const int head = blockIdx.y, sequence = blockIdx.z;
@@ -273,11 +288,7 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
   k += batch_offset * kv_batch_stride + first_row * kv_row_stride + head * kHeadDim;
   v += batch_offset * kv_batch_stride + first_row * kv_row_stride + head * kHeadDim;
   out += batch_offset * out_batch_stride + first_row * out_row_stride + head * kHeadDim;
-  const T* relative_rows = nullptr;
-  if constexpr (kRelative) {
-    relative_rows = relative.scores + batch_offset * relative.batch_stride +
-                    first_row * relative.row_stride + head * relative.head_stride;
-  }
+  if constexpr (kRelative) positions.rows += head * kHeadDim;
   if (lengths != nullptr) {
     q_len = min(q_len, static_cast<int>(lengths[sequence]));
     kv_len = min(kv_len, static_cast<int>(lengths[sequence]));
@@ -298,11 +309,23 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
     copy_async_16(q_tile + row * kStride + column,
                   q + (inside ? first_query + row : 0) * q_row_stride + column, inside);
   }
-  // Query i's position scores for keys j are row i of the relative scores from column
-  // steps − 1 − i + j on (rows 16-byte aligned, RelativeScores). A key tile's band row holds the
-  // row's 16-byte pieces that cover its kFlashKeys columns: they start band_shift(i) values
-  // before the tile's first key (first keys are multiples of 8).
-  auto band_shift = [&](int query) { return (relative.steps - 1 - query) & 7; };
+  // Key tile t of the CTA's queries needs the position rows from first_position + 64·t, for
+  // its last query and first key, through kFlashRows + kFlashKeys − 1 of them, for its first
+  // query and last key. Row first_position + x sits in ring row x % kRingRows: rows 0-127 come
+  // with the queries, and each key tile loads the 64 after its band's first 128. Rows outside
+  // the table (for padding queries or keys) are zeros.
+  const int first_position = positions.steps - 1 - (first_query + kFlashRows - 1);
+  auto load_positions = [&](int first, int count) {
+    for (int piece = thread; piece < count * kChunks; piece += kThreads) {
+      const int x = first + piece / kChunks, column = piece % kChunks * 8;
+      const int64_t position = int64_t{first_position} + x;
+      const bool inside = position >= 0 && position < 2 * int64_t{positions.steps} - 1;
+      copy_async_16(position_ring + (x % kRingRows) * kStride + column,
+                    positions.rows + (inside ? position : 0) * positions.row_stride + column,
+                    inside);
+    }
+  };
+  if constexpr (kRelative) load_positions(0, kFlashRows);
   auto load_keys = [&](int tile, int buffer) {
     const int first_key = tile * kFlashKeys;
     for (int piece = thread; piece < kFlashKeys * kChunks; piece += kThreads) {
@@ -313,19 +336,8 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
       copy_async_16(k_tiles + target, k + source, inside);
       copy_async_16(v_tiles + target, v + source, inside);
     }
-    if constexpr (kRelative) {
-      // Staged with K and V, so that these gathered, shifted reads overlap the tile before.
-      // Rows of padding, and pieces past a row's end (a tile past the last key), are zeros.
-      for (int piece = thread; piece < kFlashRows * kBandChunks; piece += kThreads) {
-        const int row = piece / kBandChunks, chunk = piece % kBandChunks;
-        const int query = first_query + row;
-        const int64_t column =
-            int64_t{relative.steps - 1 - query + first_key - band_shift(query)} + chunk * 8;
-        const bool inside = query < q_len && column < relative.row_stride;
-        copy_async_16(band_tiles + (buffer * kFlashRows + row) * kBandStride + chunk * 8,
-                      relative_rows + (inside ? query * relative.row_stride + column : 0), inside);
-      }
-    }
+    // The ring rows this tile loads were last read by the tile before last.
+    if constexpr (kRelative) load_positions(first_key + kFlashRows, kFlashKeys);
   };
   if (tiles > 0) load_keys(0, 0);
   copy_async_commit();
@@ -409,20 +421,59 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim>::kThreads,
 
     const int first_key = tile * kFlashKeys;
     if constexpr (kRelative) {
-      // This thread's position scores: two neighbouring keys in each of its rows, from the band
-      // (load_keys says where a row's scores start in it).
-      const T* const band = band_tiles + buffer * kFlashRows * kBandStride;
+      // The warp's band: its row ρ (of 16 · kRowBlocks) and the tile's key κ need position
+      // column (16 · kRowBlocks − 1 − ρ) + κ of it, the band starting band_first positions into
+      // the tile's (first_position + first_key). Scores of the band's positions, 16 at a time,
+      // from the queries as loaded (without the query bias) and the ring's rows as B fragments
+      // (the same matrices as for Kᵀ), into the warp's shared scores.
+      constexpr int kWarpRows = 16 * kRowBlocks;
+      const int band_first = kFlashRows - warp_row - kWarpRows;
+      float* const band = band_scores + warp * kWarpRows * Shape::kBandStride;
+#pragma unroll
+      for (int n = 0; n < Shape::kBandTiles8; n += 2) {
+        float products[kRowBlocks][2][4] = {};
+#pragma unroll
+        for (int step = 0; step < kDimSteps; ++step) {
+          const int x = first_key + band_first + n * 8 + matrix_row + (matrix >> 1) * 8;
+          uint32_t b[4];
+          load_matrix_x4(b,
+                         position_ring + (x % kRingRows) * kStride + step * 16 + (matrix & 1) * 8);
+#pragma unroll
+          for (int rb = 0; rb < kRowBlocks; ++rb) {
+            uint32_t a[4];
+            load_matrix_x4(a, q_tile +
+                                  (warp_row + rb * 16 + matrix_row + (matrix & 1) * 8) * kStride +
+                                  step * 16 + (matrix >> 1) * 8);
+            mma_16816<T>(products[rb][0], a, b[0], b[1]);
+            mma_16816<T>(products[rb][1], a, b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int rb = 0; rb < kRowBlocks; ++rb) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+              *reinterpret_cast<float2*>(band + (rb * 16 + group + 8 * r) * Shape::kBandStride +
+                                         (n + half) * 8 + 2 * pair) =
+                  make_float2(products[rb][half][2 * r], products[rb][half][2 * r + 1]);
+            }
+          }
+        }
+      }
+      __syncwarp();
+      // This thread's scores: keys 8n + 2·pair (+1) of rows ρ = 16·rb + group (+8).
 #pragma unroll
       for (int rb = 0; rb < kRowBlocks; ++rb) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-          const int local_row = warp_row + rb * 16 + group + r * 8;
-          const T* const row_scores =
-              band + local_row * kBandStride + band_shift(first_query + local_row);
+          const int rho = rb * 16 + group + 8 * r;
+          const float* const diagonal =
+              band + rho * Shape::kBandStride + (kWarpRows - 1 - rho) + 2 * pair;
 #pragma unroll
           for (int n = 0; n < kKeyTiles8; ++n) {
-            scores[rb][n][2 * r] += to_float(row_scores[n * 8 + pair * 2]);
-            scores[rb][n][2 * r + 1] += to_float(row_scores[n * 8 + pair * 2 + 1]);
+            scores[rb][n][2 * r] += diagonal[n * 8];
+            scores[rb][n][2 * r + 1] += diagonal[n * 8 + 1];
           }
         }
       }
@@ -959,10 +1010,10 @@ struct AttentionArguments {
   int batch, heads, head_dim, q_len, kv_len;
   float scale;
   bool causal;
-  const int32_t* lengths = nullptr;          // padded_attention's
-  const int32_t* starts = nullptr;           // padded_attention's, packed
-  const RelativeScores* relative = nullptr;  // padded_attention's
-  const void* query_bias = nullptr;          // padded_attention's
+  const int32_t* lengths = nullptr;             // padded_attention's
+  const int32_t* starts = nullptr;              // padded_attention's, packed
+  const RelativePositions* relative = nullptr;  // padded_attention's
+  const void* query_bias = nullptr;             // padded_attention's
 };
 
 AttentionArguments attention_arguments(const void* q, int64_t q_row_stride, int64_t q_batch_stride,
@@ -993,22 +1044,21 @@ AttentionArguments attention_arguments(const void* q, int64_t q_row_stride, int6
 
 template <class T, int kHeadDim, bool kRelative>
 void launch_flash_kernel(const AttentionArguments& a, cudaStream_t stream) {
-  using Shape = FlashShape<kHeadDim>;
-  constexpr size_t shared_bytes = Shape::kSharedBytes + (kRelative ? kBandBytes : 0);
+  using Shape = FlashShape<kHeadDim, kRelative>;
+  constexpr size_t shared_bytes = Shape::kSharedBytes;
   static const bool configured =
       (allow_shared_memory(flash_attention_kernel<T, kHeadDim, kRelative>, shared_bytes), true);
   (void)configured;
-  RelativeRows<T> relative{};
+  PositionTable<T> positions{};
   if (a.relative != nullptr) {
-    relative = {static_cast<const T*>(a.relative->scores), a.relative->row_stride,
-                a.relative->head_stride, a.relative->batch_stride,
-                static_cast<int>(a.relative->steps)};
+    positions = {static_cast<const T*>(a.relative->table), a.relative->row_stride,
+                 static_cast<int>(a.relative->steps)};
   }
   const dim3 grid((a.q_len + kFlashRows - 1) / kFlashRows, a.heads, a.batch);
   flash_attention_kernel<T, kHeadDim, kRelative><<<grid, Shape::kThreads, shared_bytes, stream>>>(
       static_cast<const T*>(a.q), a.q_row_stride, a.q_batch_stride, static_cast<const T*>(a.k),
       static_cast<const T*>(a.v), a.kv_row_stride, a.kv_batch_stride, static_cast<T*>(a.out),
-      a.out_row_stride, a.out_batch_stride, a.q_len, a.kv_len, a.lengths, a.starts, relative,
+      a.out_row_stride, a.out_batch_stride, a.q_len, a.kv_len, a.lengths, a.starts, positions,
       static_cast<const T*>(a.query_bias), a.scale * kLog2e, a.causal);
   check_launch("flash attention");
 }
@@ -1153,9 +1203,9 @@ bool padded_attention_runs(Element e, int head_dim) {
 void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
                       const void* k, const void* v, int64_t kv_row_stride, int64_t kv_batch_stride,
                       void* out, int64_t out_row_stride, int64_t out_batch_stride,
-                      const int32_t* lengths, const int32_t* starts, const RelativeScores* relative,
-                      const void* query_bias, int batch, int heads, int head_dim, int64_t steps,
-                      float scale, cudaStream_t stream) {
+                      const int32_t* lengths, const int32_t* starts,
+                      const RelativePositions* relative, const void* query_bias, int batch,
+                      int heads, int head_dim, int64_t steps, float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0 || steps <= 0) return;
   AttentionArguments a = attention_arguments(
       q, q_row_stride, q_batch_stride, k, v, kv_row_stride, kv_batch_stride, out, out_row_stride,
@@ -1165,9 +1215,8 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
   a.relative = relative;
   a.query_bias = query_bias;
   if (!padded_attention_runs(e, head_dim) || !(scale > 0.0f) || !flash_aligned(a) ||
-      (relative != nullptr &&
-       (!aligned(relative->scores, 16) || relative->row_stride % 8 != 0 ||
-        relative->head_stride % 8 != 0 || relative->batch_stride % 8 != 0)) ||
+      (relative != nullptr && (!aligned(relative->table, 16) || relative->row_stride % 8 != 0 ||
+                               relative->steps != steps)) ||
       (query_bias != nullptr && !aligned(query_bias, 16))) {
     fail(
         "padded attention: needs F16/BF16, head_dim 64 or 128, scale > 0 and 16-byte aligned "

@@ -105,17 +105,15 @@ class Pass {
   // batch, as rel_pos_attention (kernels_conformer.h) defines it, on queries that hold the
   // position bias already: q here is q + v' (a model folds v' into its query projection's bias,
   // so that no pass over the queries adds it), and content_bias [heads, head_dim] is u − v', so
-  // that the content scores take q + u = (q + v') + (u − v'). `rows` is the batch's rows of q
-  // (batch · steps padded, the sum of the lengths packed). F16/BF16 with head_dim 64 or 128 runs
-  // on the tensor cores: the position scores of every query against every relative position as
-  // one batched product per group of heads, straight from q, then padded_attention, which reads
-  // them shifted and adds content_bias to the queries as it loads them. Anything else runs
-  // rel_pos_attention's kernel (bias_u = content_bias, no bias_v), F32 throughout.
+  // that the content scores take q + u = (q + v') + (u − v'). F16/BF16 with head_dim 64 or 128
+  // runs on the tensor cores as one flash kernel (padded_attention with RelativePositions): the
+  // position scores from q and the table as it goes, the content bias added to the queries as
+  // they are loaded. Anything else runs rel_pos_attention's kernel (bias_u = content_bias, no
+  // bias_v), F32 throughout.
   void rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
                          const void* p, int64_t p_row_stride, const void* content_bias,
-                         const int32_t* lengths, const int32_t* starts, int64_t rows, int batch,
-                         int64_t steps, int heads, int head_dim, float scale, void* out,
-                         int64_t out_row_stride);
+                         const int32_t* lengths, const int32_t* starts, int batch, int64_t steps,
+                         int heads, int head_dim, float scale, void* out, int64_t out_row_stride);
   // HARK_CUDA_PROFILE's stages (profile.h): `stage` begins here on the pass's stream, ending
   // the one before; finish_stages() ends the last and books their times. No-ops when not
   // profiling, and while the stream is being captured into a graph.
@@ -128,15 +126,11 @@ class Pass {
   // ReplayedGraph (graph.h) of its ops: a graph captured before one of them moved is stale.
   std::vector<int64_t> scratch_key() const {
     std::vector<int64_t> key;
-    for (const Buffer* b : {&expanded_, &f16_logits_, &relative_scores_, &position_table_}) {
+    for (const Buffer* b : {&expanded_, &f16_logits_}) {
       key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(b->data())));
     }
     return key;
   }
-
-  // The most bytes of position scores that rel_pos_attention holds at once (batch · steps ·
-  // 2·steps values per head): heads go in groups that fit, at least one at a time.
-  void limit_relative_scores(size_t bytes) { relative_scores_limit_ = bytes; }
 
  private:
   const void* expanded(const Matrix& w);
@@ -146,8 +140,6 @@ class Pass {
   Gemm gemm_;
   Buffer expanded_;  // Q8_0 weights expanded for a product with many rows
   Buffer f16_logits_;
-  Buffer relative_scores_, position_table_;  // rel_pos_attention's scratch
-  size_t relative_scores_limit_ = size_t{512} << 20;
   StageClock clock_;
 };
 

@@ -258,7 +258,7 @@ void Pass::layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_
 
 void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_t row_stride,
                              const void* p, int64_t p_row_stride, const void* content_bias,
-                             const int32_t* lengths, const int32_t* starts, int64_t rows, int batch,
+                             const int32_t* lengths, const int32_t* starts, int batch,
                              int64_t steps, int heads, int head_dim, float scale, void* out,
                              int64_t out_row_stride) {
   if (!padded_attention_runs(element_, head_dim)) {
@@ -270,45 +270,11 @@ void Pass::rel_pos_attention(const void* q, const void* k, const void* v, int64_
                             out_row_stride, stream_);
     return;
   }
-  const int64_t width = int64_t{heads} * head_dim;
-  const int64_t positions = 2 * steps - 1;
-  // Rows of position scores padded to 8 values, so that every row starts 16-byte aligned.
-  const int64_t scores_row = (positions + 7) / 8 * 8;
-  const size_t head_bytes = bytes(rows * scores_row);
-  const int group = static_cast<int>(
-      std::clamp<size_t>(relative_scores_limit_ / head_bytes, 1, static_cast<size_t>(heads)));
-
-  relative_scores_.reserve(head_bytes * group);
-  // The position table padded with zero rows to scores_row: a product whose output rows have a
-  // length that is a multiple of 8 gets cuBLASLt's fast kernels (2·steps − 1 is odd).
-  position_table_.reserve(bytes(scores_row * width));
-  check(
-      cudaMemcpy2DAsync(position_table_.data(), bytes(width), p, bytes(p_row_stride), bytes(width),
-                        static_cast<size_t>(positions), cudaMemcpyDeviceToDevice, stream_),
-      "relative position table");
-  check(cudaMemsetAsync(static_cast<uint8_t*>(position_table_.data()) + bytes(positions * width), 0,
-                        bytes((scores_row - positions) * width), stream_),
-        "relative position table");
-  auto at = [&](const void* base, int64_t elements) {
-    return static_cast<const uint8_t*>(base) + bytes(elements);
-  };
-  for (int first = 0; first < heads; first += group) {
-    const int count = std::min(group, heads - first);
-    const int64_t column = int64_t{first} * head_dim;
-    // scores_h [rows, positions] = (q + v')_h · p_hᵀ for the group's heads h.
-    mark("attention: position scores");
-    gemm_.batched(element_, at(q, column), {row_stride, head_dim}, rows, head_dim,
-                  at(position_table_.data(), column), {width, head_dim}, scores_row, element_,
-                  relative_scores_.data(), {scores_row, rows * scores_row}, count, stream_);
-    const RelativeScores relative{relative_scores_.data(), scores_row, rows * scores_row,
-                                  steps * scores_row, steps};
-    mark("attention: flash kernel");
-    padded_attention(element_, at(q, column), row_stride, steps * row_stride, at(k, column),
-                     at(v, column), row_stride, steps * row_stride,
-                     static_cast<uint8_t*>(out) + bytes(column), out_row_stride,
-                     steps * out_row_stride, lengths, starts, &relative, at(content_bias, column),
-                     batch, count, head_dim, steps, scale, stream_);
-  }
+  mark("attention: flash kernel");
+  const RelativePositions positions{p, p_row_stride, steps};
+  padded_attention(element_, q, row_stride, steps * row_stride, k, v, row_stride,
+                   steps * row_stride, out, out_row_stride, steps * out_row_stride, lengths, starts,
+                   &positions, content_bias, batch, heads, head_dim, steps, scale, stream_);
 }
 
 }  // namespace hark::compute::cuda

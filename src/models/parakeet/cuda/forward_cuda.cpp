@@ -198,7 +198,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Featu
       // The product's queries are q + v' (weights.h, Block::qkv).
       pass.rel_pos_attention(qkv, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d,
                              s.positions.data(), d, block.content_bias.data(), frames_dev,
-                             starts_dev, rows, batch, steps, static_cast<int>(heads),
+                             starts_dev, batch, steps, static_cast<int>(heads),
                              static_cast<int>(head_dim), w.attention_scale, s.context.data(), d);
       pass.mark("attention projections");
       pass.linear(s.context.data(), rows, block.out, x, x);
