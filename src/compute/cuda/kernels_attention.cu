@@ -393,6 +393,48 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim, kRelative>::kThreads,
     const T* const k_tile = k_tiles + buffer * kFlashKeys * kStride;
     const T* const v_tile = v_tiles + buffer * kFlashKeys * kStride;
 
+    // Relative positions, before Q·Kᵀ so that the scores' registers are not live yet. The warp's
+    // band: its row ρ (of 16 · kRowBlocks) and the tile's key κ need position column
+    // (16 · kRowBlocks − 1 − ρ) + κ of it, the band starting band_first positions into the
+    // tile's (first_position + first_key). The band's scores, from the queries as loaded
+    // (without the query bias) and the ring's rows as B fragments (the same matrices as for Kᵀ),
+    // go to the warp's shared scores; the products of all its 8-position tiles are in flight at
+    // once (a chain of dependent products per tile otherwise waits on each one's latency).
+    constexpr int kWarpRows = 16 * kRowBlocks;
+    [[maybe_unused]] float* const band = band_scores + warp * kWarpRows * Shape::kBandStride;
+    if constexpr (kRelative) {
+      const int band_first = tile * kFlashKeys + kFlashRows - warp_row - kWarpRows;
+#pragma unroll
+      for (int rb = 0; rb < kRowBlocks; ++rb) {
+        float products[Shape::kBandTiles8][4] = {};
+#pragma unroll
+        for (int step = 0; step < kDimSteps; ++step) {
+          uint32_t a[4];
+          load_matrix_x4(a, q_tile +
+                                (warp_row + rb * 16 + matrix_row + (matrix & 1) * 8) * kStride +
+                                step * 16 + (matrix >> 1) * 8);
+#pragma unroll
+          for (int n = 0; n < Shape::kBandTiles8; n += 2) {
+            const int x = band_first + n * 8 + matrix_row + (matrix >> 1) * 8;
+            uint32_t b[4];
+            load_matrix_x4(
+                b, position_ring + (x % kRingRows) * kStride + step * 16 + (matrix & 1) * 8);
+            mma_16816<T>(products[n], a, b[0], b[1]);
+            mma_16816<T>(products[n + 1], a, b[2], b[3]);
+          }
+        }
+#pragma unroll
+        for (int n = 0; n < Shape::kBandTiles8; ++n) {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            *reinterpret_cast<float2*>(band + (rb * 16 + group + 8 * r) * Shape::kBandStride +
+                                       n * 8 + 2 * pair) =
+                make_float2(products[n][2 * r], products[n][2 * r + 1]);
+          }
+        }
+      }
+    }
+
     // S = Q·Kᵀ. B fragments of Kᵀ come from K rows: matrices (keys 0-7, dims d), (keys 0-7,
     // d+8), (keys 8-15, d), (keys 8-15, d+8) serve two 8-key column tiles at once.
     float scores[kRowBlocks][kKeyTiles8][4];
@@ -421,46 +463,6 @@ __global__ void __launch_bounds__(FlashShape<kHeadDim, kRelative>::kThreads,
 
     const int first_key = tile * kFlashKeys;
     if constexpr (kRelative) {
-      // The warp's band: its row ρ (of 16 · kRowBlocks) and the tile's key κ need position
-      // column (16 · kRowBlocks − 1 − ρ) + κ of it, the band starting band_first positions into
-      // the tile's (first_position + first_key). Scores of the band's positions, 16 at a time,
-      // from the queries as loaded (without the query bias) and the ring's rows as B fragments
-      // (the same matrices as for Kᵀ), into the warp's shared scores.
-      constexpr int kWarpRows = 16 * kRowBlocks;
-      const int band_first = kFlashRows - warp_row - kWarpRows;
-      float* const band = band_scores + warp * kWarpRows * Shape::kBandStride;
-#pragma unroll
-      for (int n = 0; n < Shape::kBandTiles8; n += 2) {
-        float products[kRowBlocks][2][4] = {};
-#pragma unroll
-        for (int step = 0; step < kDimSteps; ++step) {
-          const int x = first_key + band_first + n * 8 + matrix_row + (matrix >> 1) * 8;
-          uint32_t b[4];
-          load_matrix_x4(b,
-                         position_ring + (x % kRingRows) * kStride + step * 16 + (matrix & 1) * 8);
-#pragma unroll
-          for (int rb = 0; rb < kRowBlocks; ++rb) {
-            uint32_t a[4];
-            load_matrix_x4(a, q_tile +
-                                  (warp_row + rb * 16 + matrix_row + (matrix & 1) * 8) * kStride +
-                                  step * 16 + (matrix >> 1) * 8);
-            mma_16816<T>(products[rb][0], a, b[0], b[1]);
-            mma_16816<T>(products[rb][1], a, b[2], b[3]);
-          }
-        }
-#pragma unroll
-        for (int rb = 0; rb < kRowBlocks; ++rb) {
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              *reinterpret_cast<float2*>(band + (rb * 16 + group + 8 * r) * Shape::kBandStride +
-                                         (n + half) * 8 + 2 * pair) =
-                  make_float2(products[rb][half][2 * r], products[rb][half][2 * r + 1]);
-            }
-          }
-        }
-      }
       __syncwarp();
       // This thread's scores: keys 8n + 2·pair (+1) of rows ρ = 16·rb + group (+8).
 #pragma unroll
