@@ -113,6 +113,18 @@ CudaMelSpectrogram::CudaMelSpectrogram(const MelSpectrogram& mel) : mel_(mel) {
   fft_ = gpu::mel_fft_supported(c.n_fft);
   if (fft_) {
     window_ = gpu::upload_vector(window);
+    // Each filter's bins from its first non-zero one to its last (none: an empty range), which
+    // the FFT kernel sums instead of the whole product's row.
+    std::vector<int2> filter_bins(static_cast<size_t>(c.n_mels), int2{0, 0});
+    for (int m = 0; m < c.n_mels; ++m) {
+      int2& range = filter_bins[static_cast<size_t>(m)];
+      for (int j = 0; j < high - low; ++j) {
+        if (filterbank[static_cast<size_t>(m) * n_bins + low + j] == 0.0) continue;
+        if (range.y == 0) range.x = j;
+        range.y = j + 1;
+      }
+    }
+    filter_bins_ = gpu::upload_vector(filter_bins);
   } else {
     // X[k] = Σ_n w[n] x[n] e^(−2πi k n / n_fft) over the window's non-zero n; the angle's
     // product is reduced modulo n_fft first so that it stays exact.
@@ -245,31 +257,34 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
   const auto* utterance_table = out.utterances.as<const gpu::MelUtterance>();
   float* values = out.values.as<float>();
 
-  const int64_t chunk = std::min(product_rows, kChunkRows);
-  power_.reserve(sizeof(float) * chunk * bins_);
-  if (!fft_) {
+  const auto exponent = static_cast<float>(c.power);
+  const gpu::MelLog log = log_of(c.log);
+  const auto log_floor = static_cast<float>(c.log_floor);
+  const auto log_guard = static_cast<float>(c.log_guard);
+  if (fft_) {
+    // One kernel from the samples to the log-mel energies: no spectrum goes to memory.
+    gpu::mel_fft_log_energies(signal, utterance_table, batch, out.padded_frames, framing_, c.n_fft,
+                              window_.as<const double>(), first_bin_, bins_, exponent,
+                              filters_.as<const float>(), filter_bins_.as<const int2>(),
+                              static_cast<int>(mels), log, log_floor, log_guard, values, stream);
+  } else {
+    const int64_t chunk = std::min(product_rows, kChunkRows);
+    power_.reserve(sizeof(float) * chunk * bins_);
     frames_.reserve(sizeof(float) * chunk * framing_.width);
     spectrum_.reserve(sizeof(float) * chunk * 2 * bins_);
-  }
-  const auto exponent = static_cast<float>(c.power);
-  for (int64_t row0 = 0; row0 < rows; row0 += chunk) {
-    const int64_t count = std::min(chunk, product_rows - row0);
-    if (fft_) {
-      gpu::mel_power_spectrum(signal, utterance_table, batch, out.padded_frames, framing_, c.n_fft,
-                              window_.as<const double>(), first_bin_, bins_, exponent, row0, count,
-                              power_.as<float>(), stream);
-    } else {
+    for (int64_t row0 = 0; row0 < rows; row0 += chunk) {
+      const int64_t count = std::min(chunk, product_rows - row0);
       gpu::mel_frames(signal, utterance_table, batch, out.padded_frames, framing_, row0, count,
                       frames_.as<float>(), stream);
       gemm_.linear(gpu::Element::f32, frames_.data(), count, framing_.width, basis_.data(),
                    2 * bins_, nullptr, nullptr, gpu::Element::f32, spectrum_.data(), stream);
       gpu::mel_power(spectrum_.as<float>(), count, bins_, exponent, power_.as<float>(), stream);
+      gemm_.linear(gpu::Element::f32, power_.data(), count, bins_, filters_.data(), mels, nullptr,
+                   nullptr, gpu::Element::f32, values + row0 * mels, stream);
     }
-    gemm_.linear(gpu::Element::f32, power_.data(), count, bins_, filters_.data(), mels, nullptr,
-                 nullptr, gpu::Element::f32, values + row0 * mels, stream);
+    gpu::mel_log(values, utterance_table, batch, out.padded_frames, mels, log, log_floor, log_guard,
+                 stream);
   }
-  gpu::mel_log(values, utterance_table, batch, out.padded_frames, mels, log_of(c.log),
-               static_cast<float>(c.log_floor), static_cast<float>(c.log_guard), stream);
   switch (c.normalization) {
     case Normalization::none:
       break;

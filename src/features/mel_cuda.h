@@ -5,12 +5,13 @@
 // Per batch (compute/cuda/kernels_mel.h for the kernels): the samples go up in parts, each as soon
 // as it is staged, on the front end's own copy stream, then on the caller's stream
 //   n_fft a power of two (NeMo's 512): per frame, one kernel: the frame (pre-emphasis, centre
-//     padding, window) -> an F32 FFT in shared memory -> |X|^power
+//     padding, window) -> an F32 FFT in shared memory -> |X|^power -> mel filters, each an F32
+//     sum over the bins it covers -> log
 //   any other n_fft (Whisper's 400): frames -> DFT: one F32 product with a cos/sin basis that
-//     holds the window -> |X|^power
-//   -> mel filters: an F32 product -> log -> normalisation
+//     holds the window -> |X|^power -> mel filters: an F32 product -> log
+//   -> normalisation
 // Only the bins some filter uses (and, for the product, the window's non-zero part) enter the
-// products. They run in full F32 (cuBLASLt, no TF32) where the CPU's FFT runs in double: the
+// sums. They run in full F32 (the products in cuBLASLt, no TF32) where the CPU runs in double: the
 // features agree with MelSpectrogram::compute to F32 rounding of the spectrum
 // (tests/unit/mel_cuda_test.cpp).
 // Included only by code built with CUDA.
@@ -80,8 +81,10 @@ class CudaMelSpectrogram {
   // [2 · bins_, framing_.width]: window · cos, then window · −sin, of the bins first_bin_ + j.
   compute::cuda::Buffer window_, basis_;
   compute::cuda::Buffer filters_;  // the mel filters [n_mels, bins_] over the bins first_bin_ + j
-  // Scratch for one chunk of frames at a time: power [rows, bins_], and for the product frames
-  // [rows, width] and spectrum [rows, 2 · bins_]. Chunks bound it whatever the batch.
+  // For the FFT: the bins [x, y) of each filter from its first non-zero value to its last, int2.
+  compute::cuda::Buffer filter_bins_;
+  // Scratch of the product path for one chunk of frames at a time: frames [rows, width],
+  // spectrum [rows, 2 · bins_] and power [rows, bins_]. Chunks bound it whatever the batch.
   compute::cuda::Buffer frames_, spectrum_, power_;
   // The copies of the samples, ordered after the last call's kernels that read its inputs (the
   // samples and the utterance table, overwritten by the next upload) and before the kernels of

@@ -238,17 +238,19 @@ TEST(ParakeetKernelsCuda, Conv2dOneChannelThenDepthwiseSupportsFastConformersSha
 // the tests above check against references: both round the intermediate image to the element
 // type and sum the same products in the same order, so they should agree to the bit; the bound
 // is that of one rounding. Widths: 80 and 128 mels (FastConformer's: 20 and 32 output columns,
-// one column tile) and 257 (65 columns: two full tiles and one of a single column). 77 rows give
-// an odd intermediate height (39), whose last output row reads a row past it, and three row tiles,
-// the last partial. Heights: the padded batch's rows past every utterance's frames hold values
-// that must be masked, one utterance ends inside the second row tile, one is odd and one or four
-// frames long. 256 channels are whole groups of channels; 40 leave a partial last group.
+// one column tile; for 80 the last of its three strips partial) and 257 (65 columns: two full tiles
+// and one of a single column, and an odd intermediate width, whose padding column the last output
+// reads). 141 rows give an odd intermediate height (71), whose last output row reads a row past it,
+// and three bands of output rows, the last partial. Heights: the padded batch's rows past every
+// utterance's frames hold values that must be masked; one utterance ends inside the second band,
+// one at its first band's end (16 output rows), one is four frames long and one a single frame.
+// 256 channels are whole groups of channels; 40 and 8 leave a partial last group.
 TEST(ParakeetKernelsCuda, Conv2dOneChannelThenDepthwiseMatchesTheTwoKernels) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   const int kernel = 3, stride = 2, padding = 1;
-  const int64_t height = 77;
-  const std::vector<int32_t> heights = {75, 61, 33, 4, 1};
+  const int64_t height = 141;
+  const std::vector<int32_t> heights = {139, 101, 61, 4, 1};
   const int batch = static_cast<int>(heights.size());
   std::vector<int32_t> middle_heights, out_heights;
   for (int32_t rows : heights) {
@@ -262,7 +264,7 @@ TEST(ParakeetKernelsCuda, Conv2dOneChannelThenDepthwiseMatchesTheTwoKernels) {
   for (const int64_t width : {int64_t{80}, int64_t{128}, int64_t{257}}) {
     const int64_t middle_width = conv_output(width, kernel, stride, padding);
     const int64_t out_width = conv_output(middle_width, kernel, stride, padding);
-    for (const int64_t channels : {int64_t{256}, int64_t{40}}) {
+    for (const int64_t channels : {int64_t{256}, int64_t{40}, int64_t{8}}) {
       for (Element e : kElements) {
         const std::string name = std::string(element_name(e)) + " width " + std::to_string(width) +
                                  " channels " + std::to_string(channels);

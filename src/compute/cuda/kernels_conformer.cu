@@ -201,239 +201,268 @@ void launch_conv2d_tiles(const void* x, int batch, int64_t height, int64_t width
 //
 // The first subsampling image s1 (conv2d_one_channel with ReLU: C channels at half the features'
 // resolution) is the largest tensor of the encoder: written by one kernel and read back by the
-// next, it costs more memory traffic than the rest of the subsampling together. Here a block
-// computes the region of s1 that its tile of second-stage outputs reads into shared memory, then
-// the depthwise convolution from there: s1 never leaves the chip. Kernel 3, stride 2, padding 1
-// (every FastConformer) only, with the sizes below fixed at compile time.
+// next, it costs more memory traffic than the rest of the subsampling together. Here it never
+// leaves the chip, nor even a thread: the depthwise convolution keeps channels apart, so a thread
+// that owns a pair of channels computes the values of s1 that its outputs read in those
+// channels itself and keeps them in registers. Kernel 3, stride 2, padding 1 (every
+// FastConformer) only, with the sizes below fixed at compile time.
 //
-// A block: one image, up to kFusedTileRows × kFusedTileCols outputs (whole rows for 128 mels
-// and for 80, whose outputs are 32 and 20 columns wide) and one group of kFusedGroupPacks packs
-// of N channels (16 bytes each). Threads along x take the group's packs, threads along y
-// (kFusedPixelLanes) the pixels, in three phases:
-//   1. the patch of x under the tile, 2 · (2 · rows + 1) + 1 rows × 2 · (2 · cols + 1) + 1
-//      columns, into shared memory as F32, with zeros outside the image and at rows past
-//      heights[b] (as conv2d_one_channel reads them), a warp per patch row so that loads are
-//      contiguous and no index is divided; each thread's loads all in flight at once;
-//   2. the region of s1, (2 · rows + 1) × (2 · cols + 1) pixels of the group's channels, each
-//      computed once: ReLU(bias + Σ taps · patch) rounded to T, exactly as conv2d_one_channel
-//      stores it, and zeros outside s1 and at rows past middle_heights[b] (what depthwise_conv2d
-//      reads there);
-//   3. the outputs from that region, written as whole packs, a pixel's group contiguous.
-// Both sums take their taps in the same order as the unfused kernels, so the results are the
-// same bits. A thread holds one stage's taps in registers at a time (9 · N values).
+// A block: one image, a band of kFusedBandRows output rows, up to kFusedStripsPerBlock strips of
+// kFusedStripOutputs output columns, and one warp per strip and group of 64 channels (a lane per
+// pair of channels: a warp's stores of one output pixel are contiguous, and its reads of x are
+// one address, a broadcast). The block first stages the patch of x under its outputs in shared
+// memory, as F32 with zeros outside the image and at rows past heights[b] (as
+// conv2d_one_channel reads them). Then each thread walks down its strip: output row t reads s1
+// rows 2t − 1, 2t and 2t + 1 at the strip's 2 · kFusedStripOutputs + 1 columns, and row 2t − 1
+// is the last row of the outputs above, so a thread carries that row from one output row to the
+// next and computes two new rows of s1 per output row. Each value of s1 is thus computed once,
+// but for the column that neighbouring strips share (1/16 more) and the band's first row.
 //
-// Shared memory holds s1's even columns, then its odd ones ([rows][cols + 1] and [rows][cols]
-// pixels of kFusedGroupPacks packs): output column f reads columns 2f, 2f + 1, 2f + 2, that is
-// pixel f of the odd plane and pixels f, f + 1 of the even one, so the lanes of a warp, on
-// consecutive output columns, read consecutive 16-byte words (no bank conflicts). Phase 2 walks
-// each row's even columns, then its odd ones, so that its stores are consecutive words too, and
-// its patch reads, 4 columns apart from lane to lane, fall in distinct banks.
-//
-// Rows of outputs per tile trade recomputation (a tile's s1 region overlaps the next one by a row:
-// 17 rows for 16) against shared memory: 87 KB at 8 rows × 32 columns, and registers (the taps)
-// allow two blocks of 256 threads per SM anyway.
-constexpr int kFusedTileRows = 8;
-constexpr int kFusedTileCols = 32;
-constexpr int kFusedGroupPacks = 4;
-constexpr int kFusedPixelLanes = kThreads / kFusedGroupPacks;
-constexpr int kFusedTaps = 9;
+// A value of s1 is ReLU(bias + Σ taps · patch) rounded to T, exactly as conv2d_one_channel
+// stores it, and zero outside s1 and at rows past middle_heights[b] (what depthwise_conv2d reads
+// there). It goes into the sums of the outputs that read it as soon as it is computed: s1's rows
+// come in the order of the taps' rows, and within a row its columns in the order of the taps'
+// columns, so that both sums take their taps in the same order as the unfused kernels and the
+// results are the same bits. Per s1 value that costs 9 FMAs, one conversion (ReLU and rounding in
+// one instruction for bfloat16) and, per pair of values, the 16-byte load of the four patch values
+// that the next pixel of the row adds; per output, 9 more FMAs. A thread holds both
+// convolutions' taps (36 values), the carried row (34) and its outputs' sums (16).
+constexpr int kFusedChannels = 2;                              // per thread
+constexpr int kFusedStripOutputs = 8;                          // output columns per thread
+constexpr int kFusedStripMiddle = 2 * kFusedStripOutputs + 1;  // the s1 columns they read
+constexpr int kFusedStripsPerBlock = 4;
+constexpr int kFusedWarps = 8;
+constexpr int kFusedBandRows = 16;
+constexpr int kFusedTileCols = kFusedStripsPerBlock * kFusedStripOutputs;
+// The patch under a band and a block's columns (4 x rows or columns per output, plus 3), F32.
+// Column c is stored at c + kFusedPatchLead: then the four columns that each pair of s1 pixels
+// adds to a thread's window start at a 16-byte boundary.
+constexpr int kFusedPatchRows = 4 * kFusedBandRows + 3;
+constexpr int kFusedPatchCols = 4 * kFusedTileCols + 3;
+constexpr int kFusedPatchLead = 3;
+constexpr int kFusedPatchStride = (kFusedPatchLead + kFusedPatchCols + 3) / 4 * 4;
+// Patch values a thread stages at a time.
+constexpr int kFusedStageBatch = 8;
 
-// The s1 rows or columns a tile of `outputs` second-stage rows or columns reads, and the x rows
-// or columns those read (stride 2, kernel 3).
-__host__ __device__ constexpr int fused_middle_size(int outputs) {
-  return 2 * outputs + 1;
-}
-__host__ __device__ constexpr int fused_patch_size(int outputs) {
-  return 2 * fused_middle_size(outputs) + 1;
-}
-
-// The shared memory of a tile: the s1 region (16-byte packs), then the patch (F32).
-constexpr int64_t fused_shared_bytes(int rows, int cols) {
-  return int64_t{fused_middle_size(rows)} * fused_middle_size(cols) * kFusedGroupPacks * 16 +
-         int64_t{fused_patch_size(rows)} * fused_patch_size(cols) * int64_t{sizeof(float)};
-}
-
-// A 16-byte pack of kWidePack<T> values rounded to T (to nearest even, as from_float), as the
-// raw word of one 16-byte store (shared or global): pairs convert in one instruction each,
-// straight into the word.
+// A value of s1 as conv2d_one_channel stores it (ReLU, then rounded to T), back in F32. For
+// bfloat16 that is one instruction: converted with ReLU into the high half of a pair whose low
+// half is zero, the value's bits are those of its F32.
 template <class T>
-__device__ __forceinline__ uint4 wide_pack(const float (&in)[kWidePack<T>]) {
-  uint32_t words[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if constexpr (std::is_same_v<T, float>) {
-      words[k] = __float_as_uint(in[k]);
-    } else if constexpr (std::is_same_v<T, __half>) {
-      const __half2 pair = __floats2half2_rn(in[2 * k], in[2 * k + 1]);
-      memcpy(&words[k], &pair, sizeof pair);
-    } else {
-      const __nv_bfloat162 pair = __floats2bfloat162_rn(in[2 * k], in[2 * k + 1]);
-      memcpy(&words[k], &pair, sizeof pair);
-    }
+__device__ __forceinline__ float stored_relu(float value) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    uint32_t bits;
+    asm("cvt.rn.relu.bf16x2.f32 %0, %1, %2;" : "=r"(bits) : "f"(value), "f"(0.0f));
+    return __uint_as_float(bits);
+  } else {
+    return to_float(from_float<T>(relu_value(value)));
   }
-  return make_uint4(words[0], words[1], words[2], words[3]);
 }
 
-template <class T>
-__global__ void __launch_bounds__(kThreads, 2)
+// kOddMiddleWidth: s1's width is odd, so that its column middle_width (zero padding) is read by
+// the last output column.
+template <class T, bool kOddMiddleWidth>
+__global__ void __launch_bounds__(kFusedWarps * 32, 2)
     conv2d_one_channel_then_depthwise_kernel(const T* x, int64_t height, int64_t width,
                                              const int32_t* heights, const int32_t* middle_heights,
                                              int64_t middle_height, int64_t middle_width,
                                              int64_t channels, const T* conv_w, const T* conv_bias,
                                              const T* depthwise_w, const T* depthwise_bias,
-                                             int64_t out_height, int64_t out_width,
-                                             int64_t row_tiles, int64_t groups, int tile_rows,
-                                             int tile_cols, T* y) {
-  constexpr int N = kWidePack<T>;
-  constexpr int kGroupChannels = kFusedGroupPacks * N;
-  extern __shared__ __align__(16) unsigned char fused_shared[];
-  const int64_t group = blockIdx.x % groups;
-  const int64_t tile = blockIdx.x / groups;
-  const int64_t b = tile / row_tiles;
-  const int64_t first_row = (tile - b * row_tiles) * tile_rows;
-  const int64_t first_col = static_cast<int64_t>(blockIdx.y) * tile_cols;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(tile_rows), out_height - first_row));
-  const int cols = static_cast<int>(min(static_cast<int64_t>(tile_cols), out_width - first_col));
-  const int middle_rows = fused_middle_size(rows), middle_cols = fused_middle_size(cols);
-  const int patch_rows = fused_patch_size(rows), patch_cols = fused_patch_size(cols);
-  // The s1 pixel under tap (0, 0) of the tile's first output, and the x pixel under tap (0, 0)
-  // of that s1 pixel.
-  const int64_t middle_top = 2 * first_row - 1, middle_left = 2 * first_col - 1;
-  const int64_t patch_top = 2 * middle_top - 1, patch_left = 2 * middle_left - 1;
-  T* middle = reinterpret_cast<T*>(fused_shared);
-  float* patch = reinterpret_cast<float*>(fused_shared + int64_t{middle_rows} * middle_cols *
-                                                             kGroupChannels * sizeof(T));
-  // Pixel slots of the s1 region: even columns first (cols + 1 of them per row), then odd ones.
-  const int even_cols = cols + 1;
-  const int odd_plane = middle_rows * even_cols;
+                                             int64_t out_height, int64_t out_width, int bands,
+                                             int channel_blocks, int strips_per_block, T* y) {
+  constexpr int N = kFusedChannels, F = kFusedStripOutputs, Q = kFusedStripMiddle;
+  __shared__ __align__(16) float patch[kFusedPatchRows][kFusedPatchStride];
+  const int channel_block = static_cast<int>(blockIdx.x) % channel_blocks;
+  const int band_of_batch = static_cast<int>(blockIdx.x) / channel_blocks;
+  const int64_t b = band_of_batch / bands;
+  const int64_t first_row = static_cast<int64_t>(band_of_batch % bands) * kFusedBandRows;
+  const int64_t tile_first_col = static_cast<int64_t>(blockIdx.y) * kFusedTileCols;
 
-  // Phase 1: the patch.
+  // Phase 1: the patch. Its row 0 is x's row 4 · first_row − 3 (under tap 0 of s1's row
+  // 2 · first_row − 1, the first that the band's outputs read), its column 0 likewise.
   {
-    constexpr int kWarps = kThreads / 32;
-    constexpr int kRowsPerWarp = ceil_div(fused_patch_size(kFusedTileRows), kWarps);
-    constexpr int kColsPerLane = ceil_div(fused_patch_size(kFusedTileCols), 32);
-    const int thread = threadIdx.y * blockDim.x + threadIdx.x;
-    const int warp = thread / 32, lane = thread % 32;
     const int64_t valid_rows = min(static_cast<int64_t>(heights[b]), height);
     const T* image = x + b * height * width;
-    float values[kRowsPerWarp][kColsPerLane];
+    const int64_t top = 4 * first_row - 3, left = 4 * tile_first_col - 3;
+    constexpr int kValues = kFusedPatchRows * kFusedPatchCols;
+    const int threads = static_cast<int>(blockDim.x);
+    // All of a batch's loads are in flight before any is stored.
+    for (int first = static_cast<int>(threadIdx.x); first < kValues;
+         first += kFusedStageBatch * threads) {
+      float values[kFusedStageBatch];
 #pragma unroll
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-#pragma unroll
-      for (int m = 0; m < kColsPerLane; ++m) {
-        const int patch_row = warp + k * kWarps, patch_col = lane + m * 32;
-        const int64_t row = patch_top + patch_row, col = patch_left + patch_col;
-        const bool inside = patch_row < patch_rows && patch_col < patch_cols && row >= 0 &&
-                            row < valid_rows && col >= 0 && col < width;
-        values[k][m] = inside ? to_float(image[row * width + col]) : 0.0f;
+      for (int k = 0; k < kFusedStageBatch; ++k) {
+        const int at = first + k * threads;
+        const int patch_row = at / kFusedPatchCols, patch_col = at % kFusedPatchCols;
+        const int64_t row = top + patch_row, col = left + patch_col;
+        const bool inside = at < kValues && row >= 0 && row < valid_rows && col >= 0 && col < width;
+        values[k] = inside ? to_float(image[row * width + col]) : 0.0f;
       }
-    }
 #pragma unroll
-    for (int k = 0; k < kRowsPerWarp; ++k) {
-#pragma unroll
-      for (int m = 0; m < kColsPerLane; ++m) {
-        const int patch_row = warp + k * kWarps, patch_col = lane + m * 32;
-        if (patch_row < patch_rows && patch_col < patch_cols) {
-          patch[patch_row * patch_cols + patch_col] = values[k][m];
+      for (int k = 0; k < kFusedStageBatch; ++k) {
+        const int at = first + k * threads;
+        if (at < kValues) {
+          patch[at / kFusedPatchCols][at % kFusedPatchCols + kFusedPatchLead] = values[k];
         }
       }
     }
   }
   __syncthreads();
 
-  // Threads past the last channel (a partial last group) sit phases 2 and 3 out; there is no
-  // barrier after phase 3, and the one between them is outside their branches.
-  const int64_t c0 = (group * kFusedGroupPacks + threadIdx.x) * N;
-  const bool has_channels = c0 < channels;
-  // The pack's values in a pixel slot of the s1 region.
-  const int pack_offset = threadIdx.x * N;
+  // The thread's channels and strip. Threads past the last channel or output column have
+  // nothing more to do (there is no barrier after this one).
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int strip = warp % strips_per_block, group = warp / strips_per_block;
+  const int groups_per_block = static_cast<int>(blockDim.x) / 32 / strips_per_block;
+  const int64_t c0 =
+      ((static_cast<int64_t>(channel_block) * groups_per_block + group) * 32 + lane) * N;
+  const int64_t first_col = tile_first_col + strip * F;
+  const int outputs = static_cast<int>(min(static_cast<int64_t>(F), out_width - first_col));
+  if (c0 >= channels || outputs <= 0) return;
 
-  // Phase 2: the s1 region. Pixel q of a row: q < even_cols is column 2q, then column
-  // 2(q − even_cols) + 1. The row and pixel advance by kFusedPixelLanes without dividing.
-  if (has_channels) {
-    float taps[kFusedTaps][N];
+  float conv_taps[9][N], depthwise_taps[9][N], conv_start[N], depthwise_start[N];
 #pragma unroll
-    for (int k = 0; k < kFusedTaps; ++k) load_pack(conv_w + k * channels + c0, taps[k]);
-    float start[N];
-    load_pack_or_zeros(conv_bias, c0, start);
-    const int64_t valid_rows = min(static_cast<int64_t>(middle_heights[b]), middle_height);
-    const int row_step = kFusedPixelLanes / middle_cols,
-              pixel_step = kFusedPixelLanes % middle_cols;
-    int r = threadIdx.y / middle_cols, q = threadIdx.y % middle_cols;
-    while (r < middle_rows) {
-      const bool even = q < even_cols;
-      const int u = even ? 2 * q : 2 * (q - even_cols) + 1;
-      const int slot = even ? r * even_cols + q : odd_plane + r * cols + (q - even_cols);
-      const int64_t row = middle_top + r, col = middle_left + u;
-      float sum[N];
-      if (row >= 0 && row < valid_rows && col >= 0 && col < middle_width) {
-#pragma unroll
-        for (int n = 0; n < N; ++n) sum[n] = start[n];
-        const float* under = patch + 2 * r * patch_cols + 2 * u;
-#pragma unroll
-        for (int i = 0; i < 3; ++i) {
-#pragma unroll
-          for (int j = 0; j < 3; ++j) {
-            const float value = under[i * patch_cols + j];
-#pragma unroll
-            for (int n = 0; n < N; ++n) sum[n] = fmaf(taps[i * 3 + j][n], value, sum[n]);
-          }
-        }
-#pragma unroll
-        for (int n = 0; n < N; ++n) sum[n] = relu_value(sum[n]);
-      } else {
-#pragma unroll
-        for (int n = 0; n < N; ++n) sum[n] = 0.0f;
-      }
-      // Rounded to T here, as conv2d_one_channel rounds what it stores.
-      *reinterpret_cast<uint4*>(middle + slot * kGroupChannels + pack_offset) = wide_pack<T>(sum);
-      r += row_step;
-      q += pixel_step;
-      if (q >= middle_cols) {
-        q -= middle_cols;
-        ++r;
-      }
-    }
+  for (int k = 0; k < 9; ++k) {
+    load_pack(conv_w + k * channels + c0, conv_taps[k]);
+    load_pack(depthwise_w + k * channels + c0, depthwise_taps[k]);
   }
-  __syncthreads();
+  load_pack_or_zeros(conv_bias, c0, conv_start);
+  load_pack_or_zeros(depthwise_bias, c0, depthwise_start);
 
-  // Phase 3: the outputs, rows × cols pixels, each from 3 × 3 pixels of the s1 region.
-  if (has_channels) {
-    float taps[kFusedTaps][N];
+  // The strip's s1 pixel q of a row is s1 column 2 · first_col − 1 + q. Zero padding among
+  // them: column −1 (q = 0 of an image's first strip) and, for an odd width, column
+  // middle_width.
+  const bool left_padding = first_col == 0;
+  const int64_t right_padding = middle_width - 2 * first_col + 1;
+  // Row m of the band's s1 rows is s1 row 2 · first_row − 1 + m; it reads patch rows 2m to
+  // 2m + 2, and its pixel q patch columns 2q to 2q + 2 of the strip's.
+  const int64_t valid_middle_rows = min(static_cast<int64_t>(middle_heights[b]), middle_height);
+  auto row_inside = [&](int m) {
+    const int64_t row = 2 * first_row - 1 + m;
+    return row >= 0 && row < valid_middle_rows;
+  };
+  const float* strip_patch = &patch[0][kFusedPatchLead] + strip * 4 * F;
+  // Computes the band's s1 row m (inside s1) pixel by pixel and hands each to
+  // visit(q, values[N]), q ascending.
+  auto middle_row = [&](int m, auto&& visit) {
+    const float* rows[3];
 #pragma unroll
-    for (int k = 0; k < kFusedTaps; ++k) load_pack(depthwise_w + k * channels + c0, taps[k]);
-    float start[N];
-    load_pack_or_zeros(depthwise_bias, c0, start);
-    const int row_step = kFusedPixelLanes / cols, col_step = kFusedPixelLanes % cols;
-    int r = threadIdx.y / cols, f = threadIdx.y % cols;
-    while (r < rows) {
+    for (int i = 0; i < 3; ++i) rows[i] = strip_patch + (2 * m + i) * kFusedPatchStride;
+    auto pixel = [&](int q, const float(&under)[3][3]) {
       float sum[N];
 #pragma unroll
-      for (int n = 0; n < N; ++n) sum[n] = start[n];
+      for (int n = 0; n < N; ++n) sum[n] = conv_start[n];
 #pragma unroll
       for (int i = 0; i < 3; ++i) {
-        const int middle_row = 2 * r + i;
-        // Columns 2f, 2f + 1, 2f + 2 of the region.
-        const int slots[3] = {middle_row * even_cols + f, odd_plane + middle_row * cols + f,
-                              middle_row * even_cols + f + 1};
 #pragma unroll
         for (int j = 0; j < 3; ++j) {
-          float in[N];
-          load_pack(middle + slots[j] * kGroupChannels + pack_offset, in);
 #pragma unroll
-          for (int n = 0; n < N; ++n) sum[n] = fmaf(taps[i * 3 + j][n], in[n], sum[n]);
+          for (int n = 0; n < N; ++n) sum[n] = fmaf(conv_taps[i * 3 + j][n], under[i][j], sum[n]);
         }
       }
-      // Through the store intrinsic: a plain 16-byte store to global memory gets split into
-      // four 4-byte ones.
-      T* out = y + ((b * out_height + first_row + r) * out_width + first_col + f) * channels + c0;
-      __stwb(reinterpret_cast<uint4*>(out), wide_pack<T>(sum));
-      r += row_step;
-      f += col_step;
-      if (f >= cols) {
-        f -= cols;
-        ++r;
+      const bool padding = (q == 0 && left_padding) || (kOddMiddleWidth && q == right_padding);
+      float values[N];
+#pragma unroll
+      for (int n = 0; n < N; ++n) values[n] = padding ? 0.0f : stored_relu<T>(sum[n]);
+      visit(q, values);
+    };
+    // A sliding window: pixels 2p and 2p + 1 read patch columns 4p to 4p + 4, of which 4p is
+    // the last column the pixels before read.
+    float last[3];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) last[i] = rows[i][0];
+#pragma unroll
+    for (int p = 0; p < F; ++p) {
+      float4 next[3];
+#pragma unroll
+      for (int i = 0; i < 3; ++i) next[i] = *reinterpret_cast<const float4*>(rows[i] + 4 * p + 1);
+      float under[3][3];
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        under[i][0] = last[i];
+        under[i][1] = next[i].x;
+        under[i][2] = next[i].y;
       }
+      pixel(2 * p, under);
+#pragma unroll
+      for (int i = 0; i < 3; ++i) {
+        under[i][0] = next[i].y;
+        under[i][1] = next[i].z;
+        under[i][2] = next[i].w;
+        last[i] = next[i].w;
+      }
+      pixel(2 * p + 1, under);
+    }
+    float under[3][3];
+#pragma unroll
+    for (int i = 0; i < 3; ++i) {
+      const float2 next = *reinterpret_cast<const float2*>(rows[i] + 4 * F + 1);
+      under[i][0] = last[i];
+      under[i][1] = next.x;
+      under[i][2] = next.y;
+    }
+    pixel(2 * F, under);
+  };
+
+  // The carried row: the band's s1 row 2t at output row t.
+  float carry[Q][N];
+  auto clear_carry = [&] {
+#pragma unroll
+    for (int q = 0; q < Q; ++q) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) carry[q][n] = 0.0f;
+    }
+  };
+  if (row_inside(0)) {
+    middle_row(0, [&](int q, const float(&values)[N]) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) carry[q][n] = values[n];
+    });
+  } else {
+    clear_carry();
+  }
+  // Pixel q of an s1 row read through the taps' row i: tap (i, q − 2k) of output k, for the
+  // one or two outputs whose columns 2k to 2k + 2 hold q; sums[k] takes its taps in order as q
+  // ascends.
+  float sums[F][N];
+  auto add = [&](int i, int q, const float(&values)[N]) {
+#pragma unroll
+    for (int k = 0; k < F; ++k) {
+      const int j = q - 2 * k;
+      if (j >= 0 && j < 3) {
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          sums[k][n] = fmaf(depthwise_taps[i * 3 + j][n], values[n], sums[k][n]);
+        }
+      }
+    }
+  };
+  const int rows =
+      static_cast<int>(min(static_cast<int64_t>(kFusedBandRows), out_height - first_row));
+  T* out = y + ((b * out_height + first_row) * out_width + first_col) * channels + c0;
+  for (int t = 0; t < rows; ++t, out += out_width * channels) {
+#pragma unroll
+    for (int k = 0; k < F; ++k) {
+#pragma unroll
+      for (int n = 0; n < N; ++n) sums[k][n] = depthwise_start[n];
+    }
+#pragma unroll
+    for (int q = 0; q < Q; ++q) add(0, q, carry[q]);
+    // Rows past s1's valid ones add nothing, as depthwise_conv2d skips them.
+    if (row_inside(2 * t + 1)) {
+      middle_row(2 * t + 1, [&](int q, const float(&values)[N]) { add(1, q, values); });
+    }
+    if (row_inside(2 * t + 2)) {
+      middle_row(2 * t + 2, [&](int q, const float(&values)[N]) {
+        add(2, q, values);
+#pragma unroll
+        for (int n = 0; n < N; ++n) carry[q][n] = values[n];
+      });
+    } else {
+      clear_carry();
+    }
+#pragma unroll
+    for (int k = 0; k < F; ++k) {
+      if (k < outputs) store_pack(sums[k], out + k * channels);
     }
   }
 }
@@ -444,35 +473,38 @@ void launch_conv2d_one_channel_then_depthwise(
     const int32_t* middle_heights, int64_t middle_height, int64_t middle_width, int64_t channels,
     const void* conv_w, const void* conv_bias, const void* depthwise_w, const void* depthwise_bias,
     int64_t out_height, int64_t out_width, void* y, cudaStream_t stream) {
-  constexpr int N = kWidePack<T>;
-  if (!packable(channels, N, sizeof(T), {conv_w, conv_bias, depthwise_w, depthwise_bias, y})) {
+  if (!packable(channels, kWidePack<T>, sizeof(T),
+                {conv_w, conv_bias, depthwise_w, depthwise_bias, y})) {
     fail("conv2d_one_channel_then_depthwise: ", channels,
          " channels, or weights and outputs not 16-byte aligned");
   }
-  const int tile_rows = static_cast<int>(std::min<int64_t>(kFusedTileRows, out_height));
-  const int tile_cols = static_cast<int>(std::min<int64_t>(kFusedTileCols, out_width));
-  const int64_t row_tiles = ceil_div(out_height, tile_rows);
-  const int64_t groups = ceil_div(channels, kFusedGroupPacks * N);
-  // The channel groups of one tile are neighbouring blocks: they read the same patch of x, which
-  // the first of them brings into the cache.
-  const int64_t blocks_x = batch * row_tiles * groups, blocks_y = ceil_div(out_width, tile_cols);
+  const int64_t strips = ceil_div(out_width, kFusedStripOutputs);
+  const int64_t strips_per_block = std::min<int64_t>(kFusedStripsPerBlock, strips);
+  const int64_t groups = ceil_div(channels, 32 * kFusedChannels);
+  const int64_t groups_per_block = std::min<int64_t>(kFusedWarps / strips_per_block, groups);
+  const int64_t channel_blocks = ceil_div(groups, groups_per_block);
+  const int64_t bands = ceil_div(out_height, kFusedBandRows);
+  const int64_t blocks_x = batch * bands * channel_blocks;
+  const int64_t blocks_y = ceil_div(out_width, kFusedTileCols);
   if (blocks_x > INT32_MAX || blocks_y > kMaxBlocksY) {
     fail("conv2d_one_channel_then_depthwise: ", batch, " images of ", out_height, " × ", out_width,
          " outputs are too many");
   }
-  // More than the default 48 KB of shared memory must be asked for (once per instantiation).
-  static const cudaError_t opted_in = cudaFuncSetAttribute(
-      conv2d_one_channel_then_depthwise_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-      static_cast<int>(fused_shared_bytes(kFusedTileRows, kFusedTileCols)));
-  check(opted_in, "conv2d_one_channel_then_depthwise shared memory");
-  conv2d_one_channel_then_depthwise_kernel<T>
-      <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
-         dim3(kFusedGroupPacks, kFusedPixelLanes),
-         static_cast<size_t>(fused_shared_bytes(tile_rows, tile_cols)), stream>>>(
-          static_cast<const T*>(x), height, width, heights, middle_heights, middle_height,
-          middle_width, channels, static_cast<const T*>(conv_w), static_cast<const T*>(conv_bias),
-          static_cast<const T*>(depthwise_w), static_cast<const T*>(depthwise_bias), out_height,
-          out_width, row_tiles, groups, tile_rows, tile_cols, static_cast<T*>(y));
+  auto launch = [&](auto odd_middle_width) {
+    conv2d_one_channel_then_depthwise_kernel<T, decltype(odd_middle_width)::value>
+        <<<dim3(static_cast<unsigned>(blocks_x), static_cast<unsigned>(blocks_y)),
+           static_cast<unsigned>(32 * strips_per_block * groups_per_block), 0, stream>>>(
+            static_cast<const T*>(x), height, width, heights, middle_heights, middle_height,
+            middle_width, channels, static_cast<const T*>(conv_w), static_cast<const T*>(conv_bias),
+            static_cast<const T*>(depthwise_w), static_cast<const T*>(depthwise_bias), out_height,
+            out_width, static_cast<int>(bands), static_cast<int>(channel_blocks),
+            static_cast<int>(strips_per_block), static_cast<T*>(y));
+  };
+  if (middle_width % 2 == 1) {
+    launch(std::true_type{});
+  } else {
+    launch(std::false_type{});
+  }
 }
 
 // ---- Elementwise ------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ struct FrameSource {
   int64_t count = 0;               // its samples
   int64_t begin = 0;               // the signal position of column 0
   bool exists = false;
+  bool audio = false;  // one of the utterance's audio frames (MelUtterance::audio_frames)
 };
 
 __device__ FrameSource frame_source(const float* signal, const MelUtterance* utterances, int batch,
@@ -47,6 +48,7 @@ __device__ FrameSource frame_source(const float* signal, const MelUtterance* utt
   source.count = u.samples;
   source.begin = t * framing.hop - framing.pad + framing.first;
   source.exists = t < u.frames;
+  source.audio = t < u.audio_frames;
   return source;
 }
 
@@ -86,6 +88,15 @@ __global__ void mel_frames_kernel(const float* signal, const MelUtterance* utter
 
 // ---- Power spectrum --------------------------------------------------------------------------
 
+// log(max(energy, floor) + guard) (floor and guard 0: not applied), or the energy itself for
+// MelLog::none.
+__device__ float log_energy(float energy, MelLog log, float floor, float guard) {
+  if (log == MelLog::none) return energy;
+  if (floor > 0.0f) energy = fmaxf(energy, floor);
+  energy += guard;
+  return log == MelLog::log10 ? log10f(energy) : logf(energy);
+}
+
 // |X|^exponent from |X|^2, the common exponents without a power function.
 __device__ float spectrum_power(float norm, float exponent) {
   return exponent == 2.0f ? norm : exponent == 1.0f ? sqrtf(norm) : powf(sqrtf(norm), exponent);
@@ -113,6 +124,12 @@ int fft_warps(int n_fft) {
 size_t fft_shared_bytes(int n_fft, int warps) {
   return sizeof(float2) * static_cast<size_t>(n_fft / 2) * (1 + 2 * static_cast<size_t>(warps));
 }
+// Blocks for `rows` frames: enough to fill the GPU; each computes its twiddles once, then loops
+// over rows.
+unsigned fft_blocks(int64_t rows, int warps) {
+  constexpr int64_t kMaxFftBlocks = 4096;
+  return static_cast<unsigned>(std::min(ceil_div(rows, warps), kMaxFftBlocks));
+}
 
 __device__ float2 complex_mul(float2 a, float2 b) {
   return make_float2(a.x * b.x - a.y * b.y, a.x * b.y + a.y * b.x);
@@ -123,28 +140,94 @@ __device__ float2 complex_mul(float2 a, float2 b) {
 // O[k] = (Z[k] − conj Z[−k]) / 2i, and X[k] = E[k] + w^k O[k] with w = e^(−2πi / n_fft).
 // Z by radix-2 Stockham steps (no bit reversal: each step writes its output in order) between
 // the warp's two buffers. One warp per frame, so that a __syncwarp orders the steps; a block's
-// warps take rows `warps` apart.
+// warps take rows `warps` apart, and the block's twiddles serve all of them.
+
+// twiddles[m] = w^m for m < n_fft / 2, computed in double and rounded once (the angle is exact:
+// n_fft is a power of two). Followed by a barrier.
+__device__ void fill_twiddles(float2* twiddles, int n_fft) {
+  for (int m = static_cast<int>(threadIdx.x); m < n_fft / 2; m += static_cast<int>(blockDim.x)) {
+    double sine, cosine;
+    sincospi(-2.0 * m / n_fft, &sine, &cosine);
+    twiddles[m] = make_float2(static_cast<float>(cosine), static_cast<float>(sine));
+  }
+  __syncthreads();
+}
+
+// Z of an existing frame, by the calling warp in its buffers `from` and `to` (n_fft / 2 complex
+// values each): returns the one that holds Z; the other is free until the next frame.
+__device__ float2* frame_fft(const FrameSource& source, const MelFraming& framing, int n_fft,
+                             const double* window, const float2* twiddles, float2* from,
+                             float2* to) {
+  const int half = n_fft / 2;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  // The windowed frame in order is z, real and imaginary parts interleaved.
+  float* frame = reinterpret_cast<float*>(from);
+  for (int n = lane; n < n_fft; n += 32) {
+    const int c = n - framing.first;
+    frame[n] = c >= 0 && c < framing.span
+                   ? static_cast<float>(framed_sample(source, framing, c) * window[n])
+                   : 0.0f;
+  }
+  __syncwarp();
+  // Step `size`: the transforms of size `size` pair up into ones of twice that; the twiddle of
+  // position k in them, e^(−2πi k / (2 · size)), is w^(k · half / size).
+  for (int size = 1; size < half; size *= 2) {
+    const int stride = half / size;
+    for (int j = lane; j < half / 2; j += 32) {
+      const int k = j & (size - 1);
+      const float2 a = from[j];
+      const float2 b = complex_mul(from[j + half / 2], twiddles[k * stride]);
+      const int at = 2 * (j - k) + k;
+      to[at] = make_float2(a.x + b.x, a.y + b.y);
+      to[at + size] = make_float2(a.x - b.x, a.y - b.y);
+    }
+    __syncwarp();
+    float2* swap = from;
+    from = to;
+    to = swap;
+  }
+  return from;
+}
+
+// |X_k|^exponent from the frame's Z, for bin k (zero past n_fft / 2).
+__device__ float bin_power(const float2* z, const float2* twiddles, int n_fft, int k,
+                           float exponent) {
+  const int half = n_fft / 2;
+  if (k > half) return 0.0f;
+  // Indices modulo half: Z[half] is Z[0].
+  const float2 zk = z[k & (half - 1)], mirrored = z[(half - k) & (half - 1)];
+  const float2 even = make_float2(0.5f * (zk.x + mirrored.x), 0.5f * (zk.y - mirrored.y));
+  const float2 odd = make_float2(0.5f * (zk.y + mirrored.y), -0.5f * (zk.x - mirrored.x));
+  const float2 w = k < half ? twiddles[k] : make_float2(-1.0f, 0.0f);
+  const float2 turned = complex_mul(w, odd);
+  const float re = even.x + turned.x, im = even.y + turned.y;
+  return spectrum_power(re * re + im * im, exponent);
+}
+
+// The shared memory of the FFT kernels: the twiddles, then each warp's two buffers.
+struct FftShared {
+  float2* twiddles;
+  float2* from;
+  float2* to;
+};
+
+__device__ FftShared fft_shared_of_warp(float2* shared, int n_fft) {
+  const int half = n_fft / 2;
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  float2* from = shared + half + 2 * half * warp;
+  return {shared, from, from + half};
+}
+
 __global__ void mel_power_spectrum_kernel(const float* signal, const MelUtterance* utterances,
                                           int batch, int64_t padded_frames, MelFraming framing,
                                           int n_fft, const double* window, int first_bin, int bins,
                                           float exponent, int64_t row0, int64_t rows,
                                           float* power) {
   extern __shared__ float2 fft_shared[];
-  const int half = n_fft / 2;
+  const FftShared shared = fft_shared_of_warp(fft_shared, n_fft);
+  fill_twiddles(shared.twiddles, n_fft);
   const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  // twiddles[m] = w^m for m < half, computed in double and rounded once (the angle is exact:
-  // n_fft is a power of two).
-  float2* twiddles = fft_shared;
-  for (int m = static_cast<int>(threadIdx.x); m < half; m += static_cast<int>(blockDim.x)) {
-    double sine, cosine;
-    sincospi(-2.0 * m / n_fft, &sine, &cosine);
-    twiddles[m] = make_float2(static_cast<float>(cosine), static_cast<float>(sine));
-  }
-  __syncthreads();
-  float2* from = fft_shared + half + 2 * half * warp;
-  float2* to = from + half;
-
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * warps + warp; i < rows;
        i += static_cast<int64_t>(gridDim.x) * warps) {
     float* out = power + i * bins;
@@ -154,46 +237,49 @@ __global__ void mel_power_spectrum_kernel(const float* signal, const MelUtteranc
       for (int j = lane; j < bins; j += 32) out[j] = 0.0f;
       continue;
     }
-    // The windowed frame in order is z, real and imaginary parts interleaved.
-    float* frame = reinterpret_cast<float*>(from);
-    for (int n = lane; n < n_fft; n += 32) {
-      const int c = n - framing.first;
-      frame[n] = c >= 0 && c < framing.span
-                     ? static_cast<float>(framed_sample(source, framing, c) * window[n])
-                     : 0.0f;
+    const float2* z =
+        frame_fft(source, framing, n_fft, window, shared.twiddles, shared.from, shared.to);
+    for (int j = lane; j < bins; j += 32) {
+      out[j] = bin_power(z, shared.twiddles, n_fft, first_bin + j, exponent);
+    }
+    __syncwarp();  // the next frame overwrites both buffers
+  }
+}
+
+// mel_power_spectrum, the filters and mel_log for a frame at a time: the power spectrum goes
+// into the warp's free buffer, and each lane sums the bins of its mel channels that their filter
+// covers.
+__global__ void mel_fft_log_energies_kernel(const float* signal, const MelUtterance* utterances,
+                                            int batch, int64_t padded_frames, MelFraming framing,
+                                            int n_fft, const double* window, int first_bin,
+                                            int bins, float exponent, const float* filters,
+                                            const int2* filter_bins, int n_mels, MelLog log,
+                                            float floor, float guard, int64_t rows, float* x) {
+  extern __shared__ float2 fft_shared[];
+  const FftShared shared = fft_shared_of_warp(fft_shared, n_fft);
+  fill_twiddles(shared.twiddles, n_fft);
+  const int warps = static_cast<int>(blockDim.x / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * warps + warp; i < rows;
+       i += static_cast<int64_t>(gridDim.x) * warps) {
+    float* out = x + i * n_mels;
+    const FrameSource source = frame_source(signal, utterances, batch, padded_frames, framing, i);
+    if (!source.audio) {
+      for (int m = lane; m < n_mels; m += 32) out[m] = 0.0f;
+      continue;
+    }
+    float2* z = frame_fft(source, framing, n_fft, window, shared.twiddles, shared.from, shared.to);
+    float* power = reinterpret_cast<float*>(z == shared.from ? shared.to : shared.from);
+    for (int j = lane; j < bins; j += 32) {
+      power[j] = bin_power(z, shared.twiddles, n_fft, first_bin + j, exponent);
     }
     __syncwarp();
-    // Step `size`: the transforms of size `size` pair up into ones of twice that; the twiddle of
-    // position k in them, e^(−2πi k / (2 · size)), is w^(k · half / size).
-    for (int size = 1; size < half; size *= 2) {
-      const int stride = half / size;
-      for (int j = lane; j < half / 2; j += 32) {
-        const int k = j & (size - 1);
-        const float2 a = from[j];
-        const float2 b = complex_mul(from[j + half / 2], twiddles[k * stride]);
-        const int at = 2 * (j - k) + k;
-        to[at] = make_float2(a.x + b.x, a.y + b.y);
-        to[at + size] = make_float2(a.x - b.x, a.y - b.y);
-      }
-      __syncwarp();
-      float2* swap = from;
-      from = to;
-      to = swap;
-    }
-    for (int j = lane; j < bins; j += 32) {
-      const int k = first_bin + j;
-      float value = 0.0f;
-      if (k <= half) {
-        // Indices modulo half: Z[half] is Z[0].
-        const float2 z = from[k & (half - 1)], mirrored = from[(half - k) & (half - 1)];
-        const float2 even = make_float2(0.5f * (z.x + mirrored.x), 0.5f * (z.y - mirrored.y));
-        const float2 odd = make_float2(0.5f * (z.y + mirrored.y), -0.5f * (z.x - mirrored.x));
-        const float2 w = k < half ? twiddles[k] : make_float2(-1.0f, 0.0f);
-        const float2 turned = complex_mul(w, odd);
-        const float re = even.x + turned.x, im = even.y + turned.y;
-        value = spectrum_power(re * re + im * im, exponent);
-      }
-      out[j] = value;
+    for (int m = lane; m < n_mels; m += 32) {
+      const int2 range = filter_bins[m];
+      const float* filter = filters + static_cast<int64_t>(m) * bins;
+      float energy = 0.0f;
+      for (int j = range.x; j < range.y; ++j) energy = fmaf(filter[j], power[j], energy);
+      out[m] = log_energy(energy, log, floor, guard);
     }
     __syncwarp();  // the next frame overwrites both buffers
   }
@@ -211,11 +297,7 @@ __global__ void mel_log_kernel(float* x, const MelUtterance* utterances, int64_t
       x[i] = 0.0f;
       continue;
     }
-    if (log == MelLog::none) continue;
-    float energy = x[i];
-    if (floor > 0.0f) energy = fmaxf(energy, floor);
-    energy += guard;
-    x[i] = log == MelLog::log10 ? log10f(energy) : logf(energy);
+    x[i] = log_energy(x[i], log, floor, guard);
   }
 }
 
@@ -344,13 +426,31 @@ void mel_power_spectrum(const float* signal, const MelUtterance* utterances, int
   }
   if (rows <= 0 || bins <= 0) return;
   const int warps = fft_warps(n_fft);
-  // Enough blocks to fill the GPU; each computes its twiddles once, then loops over rows.
-  constexpr int64_t kMaxFftBlocks = 4096;
-  const auto blocks = static_cast<unsigned>(std::min(ceil_div(rows, warps), kMaxFftBlocks));
-  mel_power_spectrum_kernel<<<blocks, 32 * warps, fft_shared_bytes(n_fft, warps), stream>>>(
-      signal, utterances, batch, padded_frames, framing, n_fft, window, first_bin, bins, exponent,
-      row0, rows, power);
+  mel_power_spectrum_kernel<<<fft_blocks(rows, warps), 32 * warps, fft_shared_bytes(n_fft, warps),
+                              stream>>>(signal, utterances, batch, padded_frames, framing, n_fft,
+                                        window, first_bin, bins, exponent, row0, rows, power);
   check_launch("mel_power_spectrum");
+}
+
+void mel_fft_log_energies(const float* signal, const MelUtterance* utterances, int batch,
+                          int64_t padded_frames, const MelFraming& framing, int n_fft,
+                          const double* window, int first_bin, int bins, float exponent,
+                          const float* filters, const int2* filter_bins, int n_mels, MelLog log,
+                          float floor, float guard, float* x, cudaStream_t stream) {
+  if (!mel_fft_supported(n_fft)) {
+    fail("mel_fft_log_energies: n_fft ", n_fft, " is not a power of two from ", kMinFft, " to ",
+         kMaxFft);
+  }
+  // The power spectrum goes into a buffer of n_fft floats.
+  if (bins > n_fft) fail("mel_fft_log_energies: ", bins, " bins for n_fft ", n_fft);
+  const int64_t rows = batch * padded_frames;
+  if (rows <= 0 || n_mels <= 0) return;
+  const int warps = fft_warps(n_fft);
+  mel_fft_log_energies_kernel<<<fft_blocks(rows, warps), 32 * warps, fft_shared_bytes(n_fft, warps),
+                                stream>>>(signal, utterances, batch, padded_frames, framing, n_fft,
+                                          window, first_bin, bins, exponent, filters, filter_bins,
+                                          n_mels, log, floor, guard, rows, x);
+  check_launch("mel_fft_log_energies");
 }
 
 void mel_log(float* x, const MelUtterance* utterances, int batch, int64_t padded_frames,

@@ -4,7 +4,8 @@
 // The front end's products (the DFT for most n_fft, the mel filters) are Gemm calls, not kernels.
 //
 // For an n_fft that is a power of two, mel_power_spectrum replaces the framing, the DFT product and
-// mel_power with one kernel: an F32 FFT per frame in shared memory.
+// mel_power with one kernel: an F32 FFT per frame in shared memory; mel_fft_log_energies replaces
+// the filter product and mel_log as well, summing each filter over the few bins it covers.
 //
 // A batch of utterances is laid out as one padded spectrogram: row r = b · padded_frames + t is
 // frame t of utterance b, whether or not the utterance has that frame.
@@ -68,6 +69,20 @@ void mel_power_spectrum(const float* signal, const MelUtterance* utterances, int
                         int64_t rows, float* power, cudaStream_t stream);
 
 enum class MelLog : uint8_t { none, log10, ln };
+
+// What mel_power_spectrum over every padded row, the product with the mel filters and mel_log
+// compute, as one kernel that keeps each frame's spectrum on the chip: x [batch · padded_frames,
+// n_mels] gets, for the audio frames of each utterance (MelUtterance::audio_frames),
+// log(max(e, floor) + guard) (MelLog::none: e itself) of the energies
+//   e[m] = Σ_j filters[m, j] · power[j]   for filter_bins[m].x ≤ j < filter_bins[m].y
+// summed in F32 in that order, power[j] the power of bin first_bin + j (bins at most n_fft), and
+// zeros in every other row. filters [n_mels, bins]: the bins outside each channel's range must
+// hold zeros, so that the sums are those of the whole product. n_fft: mel_fft_supported.
+void mel_fft_log_energies(const float* signal, const MelUtterance* utterances, int batch,
+                          int64_t padded_frames, const MelFraming& framing, int n_fft,
+                          const double* window, int first_bin, int bins, float exponent,
+                          const float* filters, const int2* filter_bins, int n_mels, MelLog log,
+                          float floor, float guard, float* x, cudaStream_t stream);
 
 // In place over x [batch · padded_frames, n_mels]: the audio frames of each utterance become
 // log(max(x, floor) + guard) (floor and guard 0: not applied; MelLog::none: kept as they are),
