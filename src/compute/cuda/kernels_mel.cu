@@ -218,32 +218,51 @@ __device__ FftShared fft_shared_of_warp(float2* shared, int n_fft) {
   return {shared, from, from + half};
 }
 
+// The loop of both FFT kernels: a warp per row of the padded batch, rows [row0, row0 + rows);
+// `frame(i, source, z, spare)` gets each row (i from 0) that has a frame (with `audio_only`,
+// one of the utterance's audio frames) with its FFT z and the warp's other buffer, `none(i)`
+// every other row. Both buffers are the next frame's once it returns.
+template <class Frame, class None>
+__device__ void for_each_frame_fft(const float* signal, const MelUtterance* utterances, int batch,
+                                   int64_t padded_frames, const MelFraming& framing, int n_fft,
+                                   const double* window, int64_t row0, int64_t rows,
+                                   bool audio_only, Frame&& frame, None&& none) {
+  extern __shared__ float2 fft_shared[];
+  const FftShared shared = fft_shared_of_warp(fft_shared, n_fft);
+  fill_twiddles(shared.twiddles, n_fft);
+  const int warps = static_cast<int>(blockDim.x / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * warps + warp; i < rows;
+       i += static_cast<int64_t>(gridDim.x) * warps) {
+    const FrameSource source =
+        frame_source(signal, utterances, batch, padded_frames, framing, row0 + i);
+    if (!(audio_only ? source.audio : source.exists)) {
+      none(i);
+      continue;
+    }
+    float2* z = frame_fft(source, framing, n_fft, window, shared.twiddles, shared.from, shared.to);
+    frame(i, z, z == shared.from ? shared.to : shared.from, shared.twiddles);
+    __syncwarp();  // the next frame overwrites both buffers
+  }
+}
+
 __global__ void mel_power_spectrum_kernel(const float* signal, const MelUtterance* utterances,
                                           int batch, int64_t padded_frames, MelFraming framing,
                                           int n_fft, const double* window, int first_bin, int bins,
                                           float exponent, int64_t row0, int64_t rows,
                                           float* power) {
-  extern __shared__ float2 fft_shared[];
-  const FftShared shared = fft_shared_of_warp(fft_shared, n_fft);
-  fill_twiddles(shared.twiddles, n_fft);
-  const int warps = static_cast<int>(blockDim.x / 32);
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * warps + warp; i < rows;
-       i += static_cast<int64_t>(gridDim.x) * warps) {
-    float* out = power + i * bins;
-    const FrameSource source =
-        frame_source(signal, utterances, batch, padded_frames, framing, row0 + i);
-    if (!source.exists) {
-      for (int j = lane; j < bins; j += 32) out[j] = 0.0f;
-      continue;
-    }
-    const float2* z =
-        frame_fft(source, framing, n_fft, window, shared.twiddles, shared.from, shared.to);
-    for (int j = lane; j < bins; j += 32) {
-      out[j] = bin_power(z, shared.twiddles, n_fft, first_bin + j, exponent);
-    }
-    __syncwarp();  // the next frame overwrites both buffers
-  }
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for_each_frame_fft(
+      signal, utterances, batch, padded_frames, framing, n_fft, window, row0, rows,
+      /*audio_only=*/false,
+      [&](int64_t i, const float2* z, float2*, const float2* twiddles) {
+        for (int j = lane; j < bins; j += 32) {
+          power[i * bins + j] = bin_power(z, twiddles, n_fft, first_bin + j, exponent);
+        }
+      },
+      [&](int64_t i) {
+        for (int j = lane; j < bins; j += 32) power[i * bins + j] = 0.0f;
+      });
 }
 
 // mel_power_spectrum, the filters and mel_log for a frame at a time: the power spectrum goes
@@ -255,34 +274,27 @@ __global__ void mel_fft_log_energies_kernel(const float* signal, const MelUttera
                                             int bins, float exponent, const float* filters,
                                             const int2* filter_bins, int n_mels, MelLog log,
                                             float floor, float guard, int64_t rows, float* x) {
-  extern __shared__ float2 fft_shared[];
-  const FftShared shared = fft_shared_of_warp(fft_shared, n_fft);
-  fill_twiddles(shared.twiddles, n_fft);
-  const int warps = static_cast<int>(blockDim.x / 32);
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * warps + warp; i < rows;
-       i += static_cast<int64_t>(gridDim.x) * warps) {
-    float* out = x + i * n_mels;
-    const FrameSource source = frame_source(signal, utterances, batch, padded_frames, framing, i);
-    if (!source.audio) {
-      for (int m = lane; m < n_mels; m += 32) out[m] = 0.0f;
-      continue;
-    }
-    float2* z = frame_fft(source, framing, n_fft, window, shared.twiddles, shared.from, shared.to);
-    float* power = reinterpret_cast<float*>(z == shared.from ? shared.to : shared.from);
-    for (int j = lane; j < bins; j += 32) {
-      power[j] = bin_power(z, shared.twiddles, n_fft, first_bin + j, exponent);
-    }
-    __syncwarp();
-    for (int m = lane; m < n_mels; m += 32) {
-      const int2 range = filter_bins[m];
-      const float* filter = filters + static_cast<int64_t>(m) * bins;
-      float energy = 0.0f;
-      for (int j = range.x; j < range.y; ++j) energy = fmaf(filter[j], power[j], energy);
-      out[m] = log_energy(energy, log, floor, guard);
-    }
-    __syncwarp();  // the next frame overwrites both buffers
-  }
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  for_each_frame_fft(
+      signal, utterances, batch, padded_frames, framing, n_fft, window, 0, rows,
+      /*audio_only=*/true,
+      [&](int64_t i, const float2* z, float2* spare, const float2* twiddles) {
+        float* power = reinterpret_cast<float*>(spare);
+        for (int j = lane; j < bins; j += 32) {
+          power[j] = bin_power(z, twiddles, n_fft, first_bin + j, exponent);
+        }
+        __syncwarp();
+        for (int m = lane; m < n_mels; m += 32) {
+          const int2 range = filter_bins[m];
+          const float* filter = filters + static_cast<int64_t>(m) * bins;
+          float energy = 0.0f;
+          for (int j = range.x; j < range.y; ++j) energy = fmaf(filter[j], power[j], energy);
+          x[i * n_mels + m] = log_energy(energy, log, floor, guard);
+        }
+      },
+      [&](int64_t i) {
+        for (int m = lane; m < n_mels; m += 32) x[i * n_mels + m] = 0.0f;
+      });
 }
 
 // ---- Log -------------------------------------------------------------------------------------
