@@ -49,12 +49,13 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   const int64_t rows = count * frames;
   const int layers = config.decoder_layers;
 
-  pass.mark("encoder convolutions");
+  pass.mark("encoder: the mel to the GPU");
   // From page-locked memory, in pieces copied in on parallel threads: from the caller's pageable
   // memory the driver copies through a staging area of its own, several times slower.
   const size_t mel_bytes = sizeof(float) * count * n_mels * in_frames;
   s.mel.reserve(mel_bytes);
   s.staging.upload_from(mel, mel_bytes, s.mel.data(), pass.stream());
+  pass.mark("encoder convolutions");
   s.time_major.reserve(pass.bytes(count * in_frames * n_mels));
   gpu::mel_to_time_major(s.mel.as<float>(), count, n_mels, in_frames, e, s.time_major.data(),
                          pass.stream());
