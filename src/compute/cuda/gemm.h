@@ -29,33 +29,16 @@ class Gemm {
   void linear(Element in, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
               const void* bias, const void* residual, Element out, void* y, cudaStream_t stream);
 
-  // Where the rows of a matrix are, in elements: row r of matrix i of a batch starts at
-  // i · batch + r · row (row ≥ the width: a slice of wider rows, such as one head of several).
-  struct Strides {
-    int64_t row = 0, batch = 0;
-  };
-  // `count` independent products y_i[m, n] = x_i[m, k] · w_i[n, k]ᵀ, laid out by the strides;
-  // x and w of element type `in`, y of type `out`. 16-bit rows should start 16-byte aligned.
-  void batched(Element in, const void* x, Strides x_at, int64_t m, int64_t k, const void* w,
-               Strides w_at, int64_t n, Element out, void* y, Strides y_at, int64_t count,
-               cudaStream_t stream);
-
  private:
   struct Plan;
-  // Everything a plan depends on: element types, sizes, epilogue, strides, batch.
+  // Everything a plan depends on: element types, sizes, epilogue.
   struct Shape {
     int in = 0, out = 0;
     int64_t m = 0, n = 0, k = 0;
     bool bias = false, residual = false;
-    Strides x, w, y;
-    int64_t count = 1;
-    auto key() const {
-      return std::tuple(in, out, m, n, k, bias, residual, x.row, x.batch, w.row, w.batch, y.row,
-                        y.batch, count);
-    }
+    auto key() const { return std::tuple(in, out, m, n, k, bias, residual); }
     bool operator<(const Shape& other) const { return key() < other.key(); }
-    // The shapes that share a tuned algorithm: rows rounded up to a quarter octave, the batch's
-    // strides (which follow the rows) left out.
+    // The shapes that share a tuned algorithm: rows rounded up to a quarter octave.
     Shape tuning_class() const;
   };
   Plan& plan(const Shape& shape);

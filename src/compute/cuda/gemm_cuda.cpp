@@ -13,7 +13,7 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = 32u << 20;  // what cuBLASLt's Hopper kernels like to have
 
-// Products of at least this many rows (over the batch) are tuned on first use: the heuristic's
+// Products of at least this many rows are tuned on first use: the heuristic's
 // candidates are timed and the fastest kept. Its first choice is often not the fastest on large
 // products (they are most of an encoder's time); small ones (decode steps, whose shapes vary
 // with the batch) keep the first choice and cost no tuning.
@@ -90,7 +90,6 @@ Gemm::Shape Gemm::Shape::tuning_class() const {
   while (octave * 2 <= m) octave *= 2;
   const int64_t step = std::max<int64_t>(octave / 4, 1);
   shape.m = (m + step - 1) / step * step;
-  shape.x.batch = shape.w.batch = shape.y.batch = 0;
   return shape;
 }
 
@@ -117,29 +116,22 @@ Gemm::Plan& Gemm::plan(const Shape& shape) {
     cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type,
                                    sizeof bias_type);
   }
-  // Leading dimensions are the row strides; a batch adds its count and strides to each layout.
+  // Column-major views of the row-major matrices: leading dimensions are the widths.
   auto layout = [&](cublasLtMatrixLayout_t& target, Element e, int64_t rows, int64_t cols,
-                    const Strides& at, const char* what) {
-    check_blas(cublasLtMatrixLayoutCreate(&target, data_type(e), rows, cols, at.row), what);
-    if (shape.count > 1) {
-      const int32_t count = static_cast<int32_t>(shape.count);
-      cublasLtMatrixLayoutSetAttribute(target, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
-                                       sizeof count);
-      cublasLtMatrixLayoutSetAttribute(target, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                       &at.batch, sizeof at.batch);
-    }
+                    const char* what) {
+    check_blas(cublasLtMatrixLayoutCreate(&target, data_type(e), rows, cols, rows), what);
   };
-  layout(plan->a, in, k, n, shape.w, "layout A");
-  layout(plan->b, in, k, m, shape.x, "layout B");
-  layout(plan->c, out, n, m, shape.y, "layout C");
-  layout(plan->d, out, n, m, shape.y, "layout D");
+  layout(plan->a, in, k, n, "layout A");
+  layout(plan->b, in, k, m, "layout B");
+  layout(plan->c, out, n, m, "layout C");
+  layout(plan->d, out, n, m, "layout D");
 
   cublasLtMatmulPreference_t preference = nullptr;
   check_blas(cublasLtMatmulPreferenceCreate(&preference), "preference");
   const size_t workspace = kWorkspaceBytes;
   cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                        &workspace, sizeof workspace);
-  const bool tuned = tuning_enabled() && m * shape.count >= kTunedRows;
+  const bool tuned = tuning_enabled() && m >= kTunedRows;
   cublasLtMatmulHeuristicResult_t results[kCandidates] = {};
   int found = 0;
   const cublasStatus_t status =
@@ -166,13 +158,7 @@ Gemm::Plan& Gemm::plan(const Shape& shape) {
   }
   if (found > 1) {
     for (int i = 0; i < found; ++i) plan->candidates.push_back(results[i].algo);
-    plan->output_bytes = static_cast<size_t>(element_size(out)) *
-                         static_cast<size_t>(shape.y.row * (m - 1) + n) *
-                         static_cast<size_t>(shape.count);
-    if (shape.count > 1) {
-      plan->output_bytes += static_cast<size_t>(element_size(out)) *
-                            static_cast<size_t>(shape.y.batch * (shape.count - 1));
-    }
+    plan->output_bytes = static_cast<size_t>(element_size(out)) * static_cast<size_t>(m * n);
   }
   return *plan;
 }
@@ -243,7 +229,6 @@ void Gemm::linear(Element in, const void* x, int64_t m, int64_t k, const void* w
   shape.m = m, shape.n = n, shape.k = k;
   shape.bias = bias != nullptr;
   shape.residual = residual != nullptr;
-  shape.x.row = k, shape.w.row = k, shape.y.row = n;
   Plan& p = plan(shape);
   if (bias != nullptr) {
     cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
@@ -254,24 +239,6 @@ void Gemm::linear(Element in, const void* x, int64_t m, int64_t k, const void* w
   check_blas(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, c, p.c, y, p.d, &p.algo,
                             workspace_.data(), workspace_.bytes(), stream),
              "matmul");
-}
-
-void Gemm::batched(Element in, const void* x, Strides x_at, int64_t m, int64_t k, const void* w,
-                   Strides w_at, int64_t n, Element out, void* y, Strides y_at, int64_t count,
-                   cudaStream_t stream) {
-  if (m == 0 || n == 0 || count == 0) return;
-  Shape shape;
-  shape.in = static_cast<int>(in);
-  shape.out = static_cast<int>(out);
-  shape.m = m, shape.n = n, shape.k = k;
-  shape.x = x_at, shape.w = w_at, shape.y = y_at;
-  shape.count = count;
-  Plan& p = plan(shape);
-  tune(p, x, w, nullptr, y, stream);
-  const float alpha = 1.0f, beta = 0.0f;
-  check_blas(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.d, &p.algo,
-                            workspace_.data(), workspace_.bytes(), stream),
-             "batched matmul");
 }
 
 }  // namespace hark::compute::cuda

@@ -23,7 +23,6 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
