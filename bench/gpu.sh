@@ -8,7 +8,7 @@
 # the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz), profile (hark bench
 # with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3), nsys (Nsight Systems' kernel
 # table for the Parakeet batch, where nsys is installed), ncu (Nsight Compute: every kernel of
-# the runs hark bench brackets, large-v3 batch 1 and 16 and the Parakeet batch, summed by name
+# the runs hark bench brackets, large-v3 batch 1, 16 and 64 and the Parakeet batch, summed by name
 # by bench/ncu_summary.py). Default: the first four. Full logs go
 # to OUT_DIR; a short summary is printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
@@ -141,10 +141,13 @@ if has ncu; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for run in "whisper-b1 --model large-v3 --type f16 --batches 1 --tokens 3 --windows 1" \
              "whisper-b16 --model large-v3 --type f16 --batches 16 --tokens 3 --windows 1" \
+             "whisper-b64 --model large-v3 --type f16 --batches 64 --tokens 3 --windows 1" \
              "parakeet-b64 --model parakeet-tdt-0.6b-v2 --type bf16 --batches 64 --seconds 20 --pipeline 1"; do
     set -- $run
     name=$1
     shift
+    # HARK_NCU_RUNS (names separated by spaces) picks some of the runs.
+    [[ -n "${HARK_NCU_RUNS:-}" && " $HARK_NCU_RUNS " != *" $name "* ]] && continue
     timeout 400 "$ncu" --profile-from-start off --clock-control none --csv \
       --metrics gpu__time_duration.sum "$build/hark" bench --device cuda "$@" \
       > "$out/ncu-$name.csv" 2> "$out/ncu-$name.err"

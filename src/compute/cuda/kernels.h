@@ -171,6 +171,37 @@ void append_kv(Element e, const void* new_k, const void* new_v, int64_t new_row_
                void* v_cache, int64_t cache_batch_stride, const int32_t* positions,
                cudaStream_t stream);
 
+// ---- kernels_cross_attention.cu: cross-attention over the frames themselves ----------------
+//
+// With keys W_k,h x_t and values W_v,h x_t + b_v,h of frames x_t, head h's attention of a query
+// q_h is softmax_t(q̃_h · x_t) then W_v,h (Σ_t p_t x_t) + b_v,h, where q̃_h = scale · W_k,hᵀ q_h:
+// the projections fold into the query and the output, and a decode step reads each frame once
+// (width values) for every head, where a K/V cache costs 2 · width values a frame and layer.
+
+// Whether frame_attention takes these shapes: F16/BF16, at most 24 heads, a width that is a
+// multiple of 16 up to 1280.
+bool frame_attention_runs(Element e, int heads, int64_t width);
+
+// out [rows, heads, width] = scale · per head h, q[r, h·head_dim .. +head_dim] · W_k rows
+// [h·head_dim, +head_dim) (w_k [heads · head_dim, width], rows w_row_stride apart).
+void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int heads, int head_dim,
+                  const void* w_k, int64_t w_row_stride, int64_t width, float scale, void* out,
+                  cudaStream_t stream);
+
+// out [rows, heads, width]: row r's heads attend over the frame_count frames [frame_count, width]
+// at frames + (r / rows_per_window) · window_stride (0: one window for all rows), each head's
+// query row queries[r, h] (scores unscaled: absorb_query scales), keys and values the frames.
+void frame_attention(Element e, const void* queries, int64_t rows, int heads, int64_t width,
+                     const void* frames, int frame_count, int64_t window_stride,
+                     int64_t rows_per_window, void* out, cudaStream_t stream);
+
+// context[r, h·head_dim + j] = W_v[h·head_dim + j] · o[r, h] + bias[h·head_dim + j] (bias may be
+// null); o [rows, heads, width], w_v [heads · head_dim, width] (rows w_row_stride apart),
+// context rows context_stride apart.
+void absorb_values(Element e, const void* o, int64_t rows, int heads, int head_dim, const void* w_v,
+                   int64_t w_row_stride, const void* bias, int64_t width, void* context,
+                   int64_t context_stride, cudaStream_t stream);
+
 // ---- kernels_search.cu ------------------------------------------------------------------------
 
 // Whisper's logit rules (models/whisper/logit_rules.h, the same rules in the same order) and

@@ -78,6 +78,12 @@ class Pass {
   // y[m, out] = x[m, in] · Wᵀ + bias (+ residual, which may be y), in the pass's element type.
   void linear(const void* x, int64_t m, const Linear& layer, void* y,
               const void* residual = nullptr);
+  // y[m, n] = x[m, k] · w[n, k]ᵀ + bias[n] (bias may be null) from raw 16-bit or F32 weight rows
+  // (not Q8_0): a part of a stacked matrix, such as one layer's rows of it.
+  void product(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const void* bias,
+               void* y) {
+    gemm_.linear(element_, x, m, k, w, n, bias, nullptr, element_, y, stream_);
+  }
   // y = act(x · Wᵀ + bias): on Hopper one product with the activation in its epilogue
   // (gemm_sm90.h) for products of many rows, otherwise the product, then the activation in
   // place. HARK_CUDA_SM90_GEMM=0 keeps the second way everywhere.

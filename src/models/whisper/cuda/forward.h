@@ -27,24 +27,33 @@ struct EncoderBuffers {
   }
 };
 
-// How the cross-attention K/V are kept: in the pass's element type, or as INT8 with one F32
-// scale per (frame, layer, K or V, head) (compute/cuda/kernels.h: quantize_int8), which halves
-// their memory (large-v3 at batch 16: 3.9 GB in F16) and what every decode step reads of them.
-enum class CrossKvStorage : uint8_t { native, int8 };
+// What the decoder's cross-attention reads of an encoded window:
+//   native (the default): every decoder layer's K and V, computed once per window, in the pass's
+//     element type.
+//   int8: the same, as INT8 with one F32 scale per (frame, layer, K or V, head)
+//     (compute/cuda/kernels.h: quantize_int8). Half the memory; it moves the logits of the
+//     chaotic tiny test models by up to 1.9e-2 and changes some of their greedy tokens
+//     (bench/RESULTS.md), though on the large-v3 random model it stays within 2.7e-3 of
+//     transformers with the same tokens.
+//   frames: the encoder's output itself, with the key and value projections folded into the
+//     query and the output (compute/cuda/kernels.h: absorb_query, frame_attention,
+//     absorb_values). Nothing per decoder layer is stored (large-v3: 3.8 MB a window where its
+//     K/V take 246 MB in F16), no K/V product runs after the encoder, and a step reads d values a
+//     frame and layer instead of 2d. Runs for 16-bit weights that are not Q8_0, at most 24 heads
+//     and d a multiple of 16 up to 1280 (every Whisper size). Not the default: its kernels do
+//     not yet read the frames fast enough, and the steps are slower than native ones
+//     (bench/RESULTS.md).
+enum class CrossKvStorage : uint8_t { native, int8, frames };
 
-// The storage a model uses: native unless the environment's HARK_CUDA_CROSS_KV is int8 (read at
-// each call; a model calls this once, when it loads). INT8 is a choice, not the default: it
-// moves the logits of the chaotic tiny test models by up to 1.9e-2 and changes some of their
-// greedy tokens (bench/RESULTS.md), though on the large-v3 random model it stays within 2.7e-3
-// of transformers with the same tokens. `e` is the pass's element type (unused so far: every
-// type may take either form).
-CrossKvStorage cross_kv_storage(gpu::Element e);
+// The storage a model uses: native, unless the environment's HARK_CUDA_CROSS_KV (native, int8 or
+// frames; read at each call, and a model calls this once, when it loads) asks for another.
+CrossKvStorage cross_kv_storage(const Config& config, const Weights& w);
 
 // What the decoder reads of a batch of encoded windows: frames [count, frames, d] after the
-// final norm, and cross_kv [count, frames, layers · 2d] (every decoder layer's K and V, layer l's
-// K at 2d·l and its V d after), in the pass's element type or, for INT8 storage, as int8 values
-// with cross_kv_scales F32 [count, frames, layers · 2 · heads] (layer l's K heads at 2·heads·l,
-// its V heads after).
+// final norm, and, unless the storage is `frames`, cross_kv [count, frames, layers · 2d] (every
+// decoder layer's K and V, layer l's K at 2d·l and its V d after), in the pass's element type or,
+// for INT8 storage, as int8 values with cross_kv_scales F32 [count, frames, layers · 2 · heads]
+// (layer l's K heads at 2·heads·l, its V heads after).
 struct EncodedBuffers {
   gpu::Buffer frames, cross_kv, cross_kv_scales;
   CrossKvStorage storage = CrossKvStorage::native;
@@ -80,7 +89,7 @@ class KvCaches {
 
 // The cross-attention K/V that a decoder batch reads: sequence b reads window kv +
 // b · sequence_stride values (0: all sequences read one window), and for INT8 storage its scales
-// at scales + b · scale_sequence_stride.
+// at scales + b · scale_sequence_stride. For `frames` storage, kv is the window's frames.
 struct CrossKv {
   CrossKvStorage storage = CrossKvStorage::native;
   const void* kv = nullptr;
@@ -97,7 +106,8 @@ CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& 
 // Scratch of the decoder, grown as needed.
 struct DecoderBuffers {
   gpu::Buffer x, h, qkv, context, q, hidden;
-  gpu::Buffer cross;  // INT8 cross K/V: one layer's dequantised for a prompt
+  gpu::Buffer cross;  // one layer's cross K/V for a prompt: INT8 dequantised, or from the frames
+  gpu::Buffer absorbed, attended;  // frames storage: [rows, heads, d] before and after attending
 };
 
 // Appends `steps` tokens to sequences [first, first + batch) of `caches`, each of which holds

@@ -28,17 +28,35 @@ std::optional<CrossKvStorage> requested_cross_kv_storage() {
   const std::string_view name(text);
   if (name == "int8") return CrossKvStorage::int8;
   if (name == "native") return CrossKvStorage::native;
-  fail("HARK_CUDA_CROSS_KV is '", text, "': expected int8 or native");
+  if (name == "frames") return CrossKvStorage::frames;
+  fail("HARK_CUDA_CROSS_KV is '", text, "': expected frames, native or int8");
 }
 
 // Rows the INT8 path's cross-K/V product computes at a time, at least: fewer would waste the
 // product's tiles (a batch of one window has 1500).
 constexpr int64_t kMinCrossKvChunkRows = 256;
 
+// Prompt tokens per window up to which a prompt attends over the frames like a step does (each
+// token's pass over the frames is worth 1/16 or so of a layer's K/V product); a longer prompt
+// computes each layer's K and V of its windows, then attends over them.
+constexpr int64_t kFramePromptRows = 16;
+
+bool frames_run(const Config& config, const Weights& w) {
+  return !w.cross_kv.weight.q8_0 && config.d_model / config.decoder_heads <= 128 &&
+         gpu::frame_attention_runs(w.element, config.decoder_heads, config.d_model);
+}
+
 }  // namespace
 
-CrossKvStorage cross_kv_storage(gpu::Element) {
-  return requested_cross_kv_storage().value_or(CrossKvStorage::native);
+CrossKvStorage cross_kv_storage(const Config& config, const Weights& w) {
+  const std::optional<CrossKvStorage> requested = requested_cross_kv_storage();
+  if (requested == CrossKvStorage::frames && !frames_run(config, w)) {
+    fail(
+        "HARK_CUDA_CROSS_KV=frames: this model cannot attend over its frames (it needs 16-bit "
+        "weights that are not Q8_0, at most 24 heads, and a width that is a multiple of 16 up "
+        "to 1280)");
+  }
+  return requested.value_or(CrossKvStorage::native);
 }
 
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float* mel, int count,
@@ -110,11 +128,15 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
     s.context = {};
   }
 
-  pass.mark("cross-attention K/V");
+  pass.mark(storage == CrossKvStorage::frames ? "encoder final norm" : "cross-attention K/V");
   out.count = count;
   out.storage = storage;
   out.frames = gpu::Buffer(pass.bytes(rows * d));
   pass.layer_norm(s.x.data(), rows, w.encoder_norm, d, out.frames.data());
+  if (storage == CrossKvStorage::frames) {
+    pass.finish_stages();
+    return;
+  }
   const int64_t kv_width = layers * 2 * d;
   if (storage == CrossKvStorage::native) {
     out.cross_kv = gpu::Buffer(pass.bytes(rows * kv_width));
@@ -151,6 +173,12 @@ CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& 
   const int64_t window_scales = frames * 2 * config.decoder_heads * config.decoder_layers;
   CrossKv cross;
   cross.storage = encoded.storage;
+  if (encoded.storage == CrossKvStorage::frames) {
+    const int64_t window_frames = frames * config.d_model;
+    cross.kv = offset(encoded.frames.data(), first * window_frames, e);
+    cross.sequence_stride = per_sequence ? window_frames : 0;
+    return cross;
+  }
   cross.sequence_stride = per_sequence ? window : 0;
   if (encoded.storage == CrossKvStorage::native) {
     cross.kv = offset(encoded.cross_kv.data(), first * window, e);
@@ -194,7 +222,9 @@ void KvCaches::reorder(const int* source, int length, cudaStream_t stream) {
 
 namespace {
 
-void reserve_decoder(gpu::Pass& pass, const Config& config, int64_t rows, DecoderBuffers& s) {
+// frame_rows: the rows that attend over the frames (frames storage), 0 if none.
+void reserve_decoder(gpu::Pass& pass, const Config& config, int64_t rows, int64_t frame_rows,
+                     DecoderBuffers& s) {
   const int64_t d = config.d_model;
   s.x.reserve(pass.bytes(rows * d));
   s.h.reserve(pass.bytes(rows * d));
@@ -202,6 +232,30 @@ void reserve_decoder(gpu::Pass& pass, const Config& config, int64_t rows, Decode
   s.context.reserve(pass.bytes(rows * d));
   s.q.reserve(pass.bytes(rows * d));
   s.hidden.reserve(pass.bytes(rows * config.decoder_ffn));
+  s.absorbed.reserve(pass.bytes(frame_rows * config.decoder_heads * d));
+  s.attended.reserve(pass.bytes(frame_rows * config.decoder_heads * d));
+}
+
+// Cross-attention of decoder layer l over the frames (frames storage): q [rows, d] to s.context;
+// row r reads the window at cross.kv + (r / rows_per_window) · cross.sequence_stride.
+void attend_frames(gpu::Pass& pass, const Config& config, const Weights& w, int l, const void* q,
+                   int64_t rows, int64_t rows_per_window, const CrossKv& cross, DecoderBuffers& s) {
+  const gpu::Element e = pass.element();
+  const int64_t d = config.d_model;
+  const int heads = config.decoder_heads;
+  const int head_dim = static_cast<int>(d / heads);
+  // Layer l's K rows of the stacked matrix at 2d·l, its V rows after them.
+  const void* w_k = offset(w.cross_kv.weight.data.data(), 2 * d * l * d, e);
+  const void* w_v = offset(w_k, d * d, e);
+  const void* b_v =
+      w.cross_kv.bias.bytes() > 0 ? offset(w.cross_kv.bias.data(), 2 * d * l + d, e) : nullptr;
+  gpu::absorb_query(e, q, d, rows, heads, head_dim, w_k, d, d, w.decoder_scale, s.absorbed.data(),
+                    pass.stream());
+  gpu::frame_attention(e, s.absorbed.data(), rows, heads, d, cross.kv,
+                       static_cast<int>(config.max_source_positions), cross.sequence_stride,
+                       rows_per_window, s.attended.data(), pass.stream());
+  gpu::absorb_values(e, s.attended.data(), rows, heads, head_dim, w_v, d, b_v, d, s.context.data(),
+                     d, pass.stream());
 }
 
 }  // namespace
@@ -246,7 +300,9 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
   const int64_t d = config.d_model, rows = int64_t{batch} * steps;
   const int64_t frames = config.max_source_positions, kv_row = 2 * d * config.decoder_layers;
   const int heads = config.decoder_heads;
-  reserve_decoder(pass, config, rows, s);
+  const bool frames_storage = cross.storage == CrossKvStorage::frames;
+  const bool prompt_over_frames = frames_storage && steps <= kFramePromptRows;
+  reserve_decoder(pass, config, rows, prompt_over_frames ? rows : 0, s);
   gpu::embed(e, w.tokens.data.data(), w.tokens.q8_0, w.decoder_positions.data(), ids, position_ids,
              rows, d, s.x.data(), pass.stream());
   auto self_attend = [&](int l, const void* qkv) {
@@ -258,16 +314,26 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
                    d / heads, steps, past + steps, w.decoder_scale, /*causal=*/true, pass.stream());
   };
   // INT8 cross K/V: each layer's K and V of the windows read are dequantised into s.cross
-  // [windows, frames, 2d] for the attention (a prompt's few tokens, so this costs little).
+  // [windows, frames, 2d] for the attention (a prompt's few tokens, so this costs little). A long
+  // prompt over frames computes them there from the frames.
   const int64_t cross_windows = cross.sequence_stride == 0 ? 1 : batch;
-  if (cross.storage == CrossKvStorage::int8) {
+  if (cross.storage == CrossKvStorage::int8 || (frames_storage && !prompt_over_frames)) {
     s.cross.reserve(pass.bytes(cross_windows * frames * 2 * d));
   }
   auto cross_attend = [&](int l, const void* q) {
+    if (prompt_over_frames) return attend_frames(pass, config, w, l, q, rows, steps, cross, s);
     const void* keys = nullptr;
     int64_t row_stride = kv_row, sequence_stride = cross.sequence_stride;
     if (cross.storage == CrossKvStorage::native) {
       keys = offset(cross.kv, 2 * d * l, e);
+    } else if (frames_storage) {
+      const void* w_kv = offset(w.cross_kv.weight.data.data(), 2 * d * l * d, e);
+      const void* b_kv =
+          w.cross_kv.bias.bytes() > 0 ? offset(w.cross_kv.bias.data(), 2 * d * l, e) : nullptr;
+      pass.product(cross.kv, cross_windows * frames, d, w_kv, 2 * d, b_kv, s.cross.data());
+      keys = s.cross.data();
+      row_stride = 2 * d;
+      sequence_stride = cross.sequence_stride == 0 ? 0 : frames * 2 * d;
     } else {
       const int head_dim = static_cast<int>(d / heads);
       const int64_t scales_per_row = kv_row / head_dim;
@@ -323,6 +389,10 @@ void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, 
   const int64_t d = config.d_model, kv_row = 2 * d * config.decoder_layers;
   const int heads = config.decoder_heads;
   const int head_dim = static_cast<int>(d / heads);
+  if (cross.storage == CrossKvStorage::frames) {
+    attend_frames(pass, config, w, l, q, batch, 1, cross, s);
+    return;
+  }
   if (cross.storage == CrossKvStorage::native) {
     const void* keys = offset(cross.kv, 2 * d * l, e);
     gpu::decode_attention(e, q, d, keys, offset(keys, d, e), kv_row, cross.sequence_stride,
@@ -394,7 +464,7 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   const gpu::Element e = pass.element();
   const int64_t d = config.d_model;
   const int heads = config.decoder_heads;
-  reserve_decoder(pass, config, batch, s);
+  reserve_decoder(pass, config, batch, cross.storage == CrossKvStorage::frames ? batch : 0, s);
   gpu::embed(e, w.tokens.data.data(), w.tokens.q8_0, w.decoder_positions.data(), ids, positions,
              batch, d, s.x.data(), pass.stream());
   if (fused_step_fits(config, w, batch)) {

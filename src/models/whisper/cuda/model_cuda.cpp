@@ -101,7 +101,7 @@ class CudaWhisper final : public Model {
                                                    ? host.decoder.embed_tokens.type
                                                    : host.decoder.layers[0].ffn.fc1.weight.type));
     pass_ = std::make_unique<gpu::Pass>(weights_.element, stream_.get());
-    cross_kv_storage_ = cuda::cross_kv_storage(weights_.element);
+    cross_kv_storage_ = cuda::cross_kv_storage(config_, weights_);
     upload_rules();
   }
 
