@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <utility>
 
 #include "base/error.h"
+#include "compute/cuda/device.h"
 #include "compute/cuda/kernels.h"
 
 namespace hark::compute::cuda {
@@ -177,6 +179,30 @@ __device__ __forceinline__ void load_pack_or_zeros(const T* vector, int64_t firs
 template <class T>
 constexpr int kWidePack = static_cast<int>(16 / sizeof(T));
 // ---- Launch shapes ----------------------------------------------------------------------------
+
+// Launches `kernel` over `grid` in thread-block clusters of `cluster_x` CTAs along x (1: no
+// clusters), `shared_bytes` of dynamic shared memory each; `what` names it in errors.
+template <class... Parameters, class... Arguments>
+void launch_in_clusters(void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
+                        unsigned cluster_x, cudaStream_t stream, const char* what,
+                        Arguments&&... arguments) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = shared_bytes;
+  config.stream = stream;
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cluster_x;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  if (cluster_x > 1) {
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+  }
+  check(cudaLaunchKernelEx(&config, kernel, std::forward<Arguments>(arguments)...), what);
+  check_launch(what);
+}
 
 inline bool aligned(const void* pointer, size_t bytes) {
   return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;

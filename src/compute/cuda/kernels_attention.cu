@@ -1060,25 +1060,10 @@ void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv
   int splits = 1;
   while (splits < kMaxSplits && batch * heads * splits < kDecodeTargetBlocks) splits *= 2;
 
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(splits, heads, batch);
-  config.blockDim = dim3(kDecodeThreads);
-  config.dynamicSmemBytes = 0;
-  config.stream = stream;
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = splits;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
-  if (splits > 1) {
-    config.attrs = &cluster;
-    config.numAttrs = 1;
-  }
-  check(cudaLaunchKernelEx(&config, decode_attention_kernel<T, Kv, kVector>, q, q_stride, k, v,
-                           kv_row_stride, kv_batch_stride, kv_scales, lengths, out, out_stride,
-                           head_dim, lanes_per_key_log2, scale),
-        "decode attention");
-  check_launch("decode attention");
+  launch_in_clusters(decode_attention_kernel<T, Kv, kVector>, dim3(splits, heads, batch),
+                     dim3(kDecodeThreads), 0, splits, stream, "decode attention", q, q_stride, k, v,
+                     kv_row_stride, kv_batch_stride, kv_scales, lengths, out, out_stride, head_dim,
+                     lanes_per_key_log2, scale);
 }
 
 // T: the queries' and the output's type; Kv: the keys' and values' (T, or int8_t with scales).

@@ -537,27 +537,13 @@ void frame_attention(Element e, const void* queries, int64_t rows, int heads, in
       return true;
     }();
     (void)allowed;
-    cudaLaunchConfig_t config = {};
-    config.gridDim = dim3(splits, groups, static_cast<unsigned>(rows));
-    config.blockDim = dim3(kFrameThreads);
-    config.dynamicSmemBytes = static_cast<size_t>(layout.bytes);
-    config.stream = stream;
-    cudaLaunchAttribute cluster = {};
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = splits;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-    if (splits > 1) {
-      config.attrs = &cluster;
-      config.numAttrs = 1;
-    }
-    check(cudaLaunchKernelEx(&config, frame_attention_kernel<T>, static_cast<const T*>(queries),
-                             static_cast<const T*>(frames), window_stride,
-                             static_cast<int>(rows_per_window), frame_count, heads, group_heads,
-                             static_cast<int>(width), static_cast<T*>(out)),
-          "frame_attention");
+    launch_in_clusters(frame_attention_kernel<T>, dim3(splits, groups, static_cast<unsigned>(rows)),
+                       dim3(kFrameThreads), static_cast<size_t>(layout.bytes), splits, stream,
+                       "frame_attention", static_cast<const T*>(queries),
+                       static_cast<const T*>(frames), window_stride,
+                       static_cast<int>(rows_per_window), frame_count, heads, group_heads,
+                       static_cast<int>(width), static_cast<T*>(out));
   });
-  check_launch("frame_attention");
 }
 
 void absorb_values(Element e, const void* o, int64_t rows, int heads, int head_dim, const void* w_v,
