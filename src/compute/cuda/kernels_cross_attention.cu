@@ -41,139 +41,159 @@ namespace hark::compute::cuda {
 
 namespace {
 
-// ---- absorb_query: q̃[r, h, :] = scale · Σ_j q[r, h·head_dim + j] · W_k[h·head_dim + j, :]
-// --------
+// ---- absorb_query: q̃[r, h, :] = scale · Σ_j q[r, h·head_dim + j] · W_k[h·head_dim + j, :] -----
 //
-// One thread per output column i of a (head, 8 rows) block: the query values sit in shared
-// memory and are broadcast; each weight value loaded feeds 8 rows. (16 rows a block left a
-// batch of 16 with 6 warps an SM, too few to hide the loads: 13 µs for large-v3.)
+// A thread per 8 output columns of a (head, kRows rows) block: the query values sit in shared
+// memory and are broadcast; each 16-byte weight load feeds 8 columns of kRows rows. 16 loads of
+// a thread are in flight at a time (few warps run, and their loads must overlap).
 
-constexpr int kQueryRows = 8;
-constexpr int kAbsorbThreads = 128;
+constexpr int kAbsorbThreads = 64;
 constexpr int kMaxAbsorbHeadDim = 128;
-constexpr int kValueRows = 16;  // absorb_values' rows a block
+constexpr int kQueryChunk = 16;
 
-template <class T>
+template <class T, int kRows>
 __global__ void __launch_bounds__(kAbsorbThreads)
     absorb_query_kernel(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ w_k,
                         int64_t w_row_stride, int rows, int heads, int head_dim, int64_t width,
                         float scale, T* __restrict__ out) {
-  __shared__ float query[kQueryRows][kMaxAbsorbHeadDim];
+  __shared__ float query[kRows][kMaxAbsorbHeadDim];
   allow_dependent_kernels();
-  const int head = blockIdx.y, first_row = blockIdx.z * kQueryRows;
-  const int block_rows = min(kQueryRows, rows - first_row);
-  for (int i = threadIdx.x; i < block_rows * head_dim; i += kAbsorbThreads) {
+  const int head = blockIdx.y, first_row = blockIdx.z * kRows;
+  const int block_rows = min(kRows, rows - first_row);
+  for (int i = threadIdx.x; i < kRows * head_dim; i += kAbsorbThreads) {
     const int r = i / head_dim, j = i % head_dim;
-    query[r][j] = scale * to_float(q[(first_row + r) * q_stride + head * head_dim + j]);
+    query[r][j] =
+        r < block_rows ? scale * to_float(q[(first_row + r) * q_stride + head * head_dim + j]) : 0;
   }
   __syncthreads();
-  const int64_t column = int64_t{blockIdx.x} * kAbsorbThreads + threadIdx.x;
+  const int64_t column = (int64_t{blockIdx.x} * kAbsorbThreads + threadIdx.x) * 8;
   if (column >= width) return;
   const T* weights = w_k + int64_t{head} * head_dim * w_row_stride + column;
-  // 32 weights in flight at a time, then their products: few SM warps, so each thread's loads
-  // must overlap rather than follow each other.
-  constexpr int kChunk = 32;
-  float sums[kQueryRows] = {};
-  for (int first = 0; first < head_dim; first += kChunk) {
-    float weight[kChunk];
+  float sums[kRows][8] = {};
+  for (int first = 0; first < head_dim; first += kQueryChunk) {
+    uint4 raw[kQueryChunk];
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
-      weight[j] = first + j < head_dim ? to_float(weights[(first + j) * w_row_stride]) : 0.0f;
+    for (int j = 0; j < kQueryChunk; ++j) {
+      const int at = min(first + j, head_dim - 1);  // past head_dim: a weight times a zero query
+      raw[j] = *reinterpret_cast<const uint4*>(weights + at * w_row_stride);
     }
 #pragma unroll
-    for (int j = 0; j < kChunk; ++j) {
+    for (int j = 0; j < kQueryChunk; ++j) {
+      T values[8];
+      memcpy(values, &raw[j], sizeof raw[j]);
 #pragma unroll
-      for (int r = 0; r < kQueryRows; ++r) {
-        sums[r] += query[r][min(first + j, kMaxAbsorbHeadDim - 1)] * weight[j];
+      for (int r = 0; r < kRows; ++r) {
+        const float value = first + j < head_dim ? query[r][first + j] : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sums[r][i] += value * to_float(values[i]);
       }
     }
   }
 #pragma unroll
-  for (int r = 0; r < kQueryRows; ++r) {
+  for (int r = 0; r < kRows; ++r) {
     if (r < block_rows) {
-      out[((first_row + r) * int64_t{heads} + head) * width + column] = from_float<T>(sums[r]);
+      store_pack<8>(sums[r], out + ((first_row + r) * int64_t{heads} + head) * width + column);
     }
   }
 }
 
-// ---- absorb_values: context[r, h·head_dim + j] = W_v[h·head_dim + j, :] · o[r, h, :] + b_v
-// --------
+// ---- absorb_values: context[r, h·head_dim + j] = W_v[h·head_dim + j, :] · o[r, h, :] + b_v -----
 //
-// A warp per output (h, j) and up to 16 rows, its lanes along the width in 16-byte vectors, then a
-// sum across the warp; a CTA's warps take outputs of one head, so the rows of o_h they all read
-// come from L1. Many small warps: the loads of each one are independent, and the SM has enough of
-// them to hide their latency (a 4-warp-per-SM form with o_h staged in shared memory took 42 µs
-// for large-v3 at batch 16, this one a few).
+// On the tensor cores: C [16 rows × 16 outputs] = O_h [16 × width] · W_v,hᵀ per CTA, the width
+// split among its 8 warps, whose partial products are summed in shared memory. The fragments
+// come straight from global memory (o and the weights are read once a CTA), so a warp has its
+// loads in flight together.
 
-constexpr int kValueWarps = 4;
+constexpr int kValueWarps = 8;
+constexpr int kValueRows = 16;
+constexpr int kValueOutputs = 16;   // two n-tiles
+constexpr int kMaxValueSteps = 10;  // 16-wide steps of the width a warp: width ≤ 1280
 
 template <class T>
 __global__ void __launch_bounds__(kValueWarps * 32)
     absorb_values_kernel(const T* __restrict__ o, const T* __restrict__ w_v, int64_t w_row_stride,
                          const T* __restrict__ bias, int rows, int heads, int head_dim,
                          int64_t width, T* __restrict__ context, int64_t context_stride) {
+  __shared__ float partial[kValueWarps][kValueRows][kValueOutputs + 1];
   allow_dependent_kernels();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, c = lane % 4;
   const int head = blockIdx.y, first_row = blockIdx.z * kValueRows;
-  const int output = blockIdx.x * kValueWarps + warp;
-  if (output >= head_dim) return;
+  const int first_output = blockIdx.x * kValueOutputs;
   const int block_rows = min(kValueRows, rows - first_row);
-  const T* const weights = w_v + (int64_t{head} * head_dim + output) * w_row_stride;
-  const T* const first_o = o + (int64_t{first_row} * heads + head) * width;
-  const int64_t o_row_stride = int64_t{heads} * width;
-  // Every row's load is issued, rows past the block's reading row 0 again, so that all 17 of a
-  // round are in flight together (a branch per row made them wait for each other).
-  float sums[kValueRows] = {};
-  for (int64_t v = lane; v < width / 8; v += 32) {
-    float weight[8];
-    load_pack<8>(weights + v * 8, weight);
+  // Rows past the block read row 0, outputs past head_dim output 0: their results are dropped.
+  const T* const o_low = o + (int64_t{first_row + (g < block_rows ? g : 0)} * heads + head) * width;
+  const T* const o_high =
+      o + (int64_t{first_row + (g + 8 < block_rows ? g + 8 : 0)} * heads + head) * width;
+  const T* w_rows[2];
 #pragma unroll
-    for (int r = 0; r < kValueRows; ++r) {
-      float value[8];
-      load_pack<8>(first_o + (r < block_rows ? r : 0) * o_row_stride + v * 8, value);
+  for (int n = 0; n < 2; ++n) {
+    const int output = first_output + n * 8 + g;
+    w_rows[n] = w_v + (int64_t{head} * head_dim + (output < head_dim ? output : 0)) * w_row_stride;
+  }
+  const int steps = static_cast<int>(width / 16);
+  const int steps_per_warp = (steps + kValueWarps - 1) / kValueWarps;
+  const int first_step = warp * steps_per_warp;
+  const int last_step = min(steps, first_step + steps_per_warp);
+  const auto pair = [](const T* p) { return *reinterpret_cast<const uint32_t*>(p); };
+  float acc[2][4] = {};
 #pragma unroll
-      for (int i = 0; i < 8; ++i) sums[r] += weight[i] * value[i];
+  for (int i = 0; i < kMaxValueSteps; ++i) {  // all of a warp's loads issued together
+    // Steps past the warp's read step 0 and multiply zeros: no branch keeps a load waiting.
+    const int step = first_step + i;
+    const bool real = step < last_step;
+    const int k = (real ? step : 0) * 16 + 2 * c;
+    const uint32_t a[4] = {real ? pair(o_low + k) : 0u, real ? pair(o_high + k) : 0u,
+                           real ? pair(o_low + k + 8) : 0u, real ? pair(o_high + k + 8) : 0u};
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+      mma_16816<T>(acc[n], a, pair(w_rows[n] + k), pair(w_rows[n] + k + 8));
     }
   }
-  const float b = bias != nullptr ? to_float(bias[head * head_dim + output]) : 0.0f;
 #pragma unroll
-  for (int r = 0; r < kValueRows; ++r) {
-    if (r >= block_rows) break;
-    const float sum = warp_sum(sums[r]);
-    if (lane == 0) {
-      context[(first_row + r) * context_stride + head * head_dim + output] = from_float<T>(sum + b);
-    }
+  for (int n = 0; n < 2; ++n) {
+    partial[warp][g][n * 8 + 2 * c] = acc[n][0];
+    partial[warp][g][n * 8 + 2 * c + 1] = acc[n][1];
+    partial[warp][g + 8][n * 8 + 2 * c] = acc[n][2];
+    partial[warp][g + 8][n * 8 + 2 * c + 1] = acc[n][3];
   }
+  __syncthreads();
+  const int r = threadIdx.x / kValueOutputs, j = threadIdx.x % kValueOutputs;
+  const int output = first_output + j;
+  if (r >= block_rows || output >= head_dim) return;
+  float sum = bias != nullptr ? to_float(bias[head * head_dim + output]) : 0.0f;
+#pragma unroll
+  for (int w = 0; w < kValueWarps; ++w) sum += partial[w][r][j];
+  context[(first_row + r) * context_stride + head * head_dim + output] = from_float<T>(sum);
 }
 
 // ---- frame_attention ---------------------------------------------------------------------------
 
-constexpr int kFrameWarps = 16;
+constexpr int kFrameWarps = 8;
 constexpr int kFrameThreads = kFrameWarps * 32;
-constexpr int kFrameTile = 16;  // frames a tile: one mma row block
-constexpr int kFrameStages = 3;
+constexpr int kFrameTile = 32;  // frames a tile: two mma row blocks, a frame per lane in softmax
+constexpr int kFrameBlocks = kFrameTile / 16;
+constexpr int kFrameStages = 2;
 constexpr int kMaxHeadTiles = 3;
 constexpr int kMaxFrameHeads = 8 * kMaxHeadTiles;
-constexpr int kMaxWidthTiles = 5;   // 16-wide column tiles a warp: width ≤ 16 · 16 · 5 = 1280
+constexpr int kMaxWidthTiles = 10;  // 16-wide column tiles a warp: width ≤ 8 · 16 · 10 = 1280
 constexpr int kMaxFrameSplits = 8;  // the portable cluster size
 constexpr int kPartialPitch = kFrameTile + 1;
 constexpr int kProbabilityPitch = kFrameTile + 8;
 
-// Shared memory, in this order: the query's heads [24][pitch] and the frame tiles
-// [stages][16][pitch] of T (pitch = width + 8: rows 16 bytes apart in bank terms, so ldmatrix's
-// 8 rows hit 8 different bank quads), each warp's partial scores F32 [8][24][17], the
-// probabilities T [24][24], and per head the rescale factor, the final max and sum, and the
-// cluster's merge coefficients F32 [8][24]. After the last tile, the tiles' space holds the CTA's
-// unnormalised output F32 [24][width + 4].
+// Shared memory, in this order: the frame tiles [stages][32][pitch] of T (pitch = width + 8: rows
+// 16 bytes apart in bank terms, so ldmatrix's 8 rows hit 8 different bank quads), each warp's
+// partial scores F32 [8][24][33], the probabilities T [24][40], and per head the rescale factor,
+// the final max and sum, and the cluster's merge coefficients F32 [8][24]. After the last tile,
+// the tiles' space holds the CTA's unnormalised output F32 [24][width + 4]. The query's heads
+// stay in registers, as the B fragments of the score products.
 struct FrameLayout {
-  int64_t pitch, queries, tiles, partials, probabilities, rescale, final_max, final_sum,
-      coefficients, bytes;
+  int64_t pitch, tiles, partials, probabilities, rescale, final_max, final_sum, coefficients, bytes;
   template <class T>
   __host__ __device__ static FrameLayout of(int64_t width) {
     FrameLayout l;
     l.pitch = width + 8;
-    l.queries = 0;
-    l.tiles = l.queries + sizeof(T) * kMaxFrameHeads * l.pitch;
+    l.tiles = 0;
     l.partials = l.tiles + sizeof(T) * kFrameStages * kFrameTile * l.pitch;
     l.probabilities = l.partials + sizeof(float) * kFrameWarps * kMaxFrameHeads * kPartialPitch;
     l.rescale = l.probabilities + sizeof(T) * kMaxFrameHeads * kProbabilityPitch;
@@ -193,7 +213,6 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
   extern __shared__ __align__(16) unsigned char frame_shared[];
   const FrameLayout layout = FrameLayout::of<T>(width);
   const int64_t pitch = layout.pitch;
-  T* const query_rows = reinterpret_cast<T*>(frame_shared + layout.queries);
   T* const tiles = reinterpret_cast<T*>(frame_shared + layout.tiles);
   float* const partials = reinterpret_cast<float*>(frame_shared + layout.partials);
   T* const probabilities = reinterpret_cast<T*>(frame_shared + layout.probabilities);
@@ -219,14 +238,7 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
   const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32;
   const int vectors = width / 8;  // 16-byte pieces a row
 
-  // The query's heads (zeros past cta_heads), then the first tiles, each a cp.async group.
-  for (int i = thread; i < head_tiles * 8 * vectors; i += kFrameThreads) {
-    const int h = i / vectors, v = i % vectors;
-    const bool real = h < cta_heads;
-    const T* source = queries + ((row * heads) + first_head + (real ? h : 0)) * width + v * 8;
-    copy_async_16(query_rows + h * pitch + v * 8, source, real);
-  }
-  // Tiles: thread i copies row i / 16 of the tile, its 16-byte pieces i % 16, + 16, + 32, ...
+  // Tiles: thread i copies row i / 8 of the tile, its 16-byte pieces i % 8, + 8, + 16, ...
   constexpr int kLoadersPerRow = kFrameThreads / kFrameTile;
   const int load_row = thread / kLoadersPerRow, load_piece = thread % kLoadersPerRow;
   const uint32_t stage_bytes = sizeof(T) * kFrameTile * pitch;
@@ -241,10 +253,8 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
       copy_async_16(target + k * kLoadersPerRow * 16, source + k * kLoadersPerRow * 8, real);
     }
   };
-  for (int s = 0; s < kFrameStages - 1; ++s) {
-    if (tile_begin + s < tile_end) load_tile(tile_begin + s, s);
-    copy_async_commit();
-  }
+  if (tile_begin < tile_end) load_tile(tile_begin, 0);
+  copy_async_commit();
 
   // Warp w's columns of the width: width_tiles tiles of 16 from warp_column (none for some warps
   // of a narrow model).
@@ -252,99 +262,112 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
   const int width_tiles = max(0, min(tiles_per_warp, all_tiles - warp * tiles_per_warp));
   const int warp_column = warp * tiles_per_warp * 16;
   const int g = lane / 4, c = lane % 4;
+
+  // The query's heads as B fragments of S = X · Q̃ᵀ (k = columns, n = heads): lane (g, c) holds
+  // head n·8 + g, columns 2c, 2c + 1 and 2c + 8, 2c + 9 of each 16-column tile; zeros past
+  // cta_heads.
+  uint32_t query_fragments[kMaxWidthTiles][kMaxHeadTiles][2];
+#pragma unroll
+  for (int t = 0; t < kMaxWidthTiles; ++t) {
+#pragma unroll
+    for (int n = 0; n < kMaxHeadTiles; ++n) {
+      const int h = n * 8 + g;
+      const bool real = t < width_tiles && h < cta_heads;
+      const T* q = queries + ((row * heads) + first_head + (real ? h : 0)) * width +
+                   (real ? warp_column + t * 16 : 0) + 2 * c;
+      query_fragments[t][n][0] = real ? *reinterpret_cast<const uint32_t*>(q) : 0u;
+      query_fragments[t][n][1] = real ? *reinterpret_cast<const uint32_t*>(q + 8) : 0u;
+    }
+  }
+
   // ldmatrix row addresses of this lane at the warp's first column tile (the next tile 32 bytes
-  // on): X as the A operand of S (rows = frames), X transposed as the A operand of Oᵀ, the query
-  // heads and the probabilities as B operands.
+  // on): X as the A operand of S (rows = frames), X transposed as the A operand of Oᵀ, and the
+  // probabilities as the B operand of Oᵀ (k = frames, n = heads).
   const int m = lane / 8;
   const uint32_t scores_a =
       tiles_address + sizeof(T) * (((m & 1) * 8 + lane % 8) * pitch + warp_column + (m >> 1) * 8);
   const uint32_t output_a =
       tiles_address + sizeof(T) * (((m >> 1) * 8 + lane % 8) * pitch + warp_column + (m & 1) * 8);
-  const uint32_t query_b =
-      shared_address(query_rows) + sizeof(T) * ((lane % 8) * pitch + warp_column + (m & 1) * 8);
-  const uint32_t head_tile_bytes = sizeof(T) * 8 * pitch;
+  const uint32_t block_bytes = sizeof(T) * 16 * pitch;  // one 16-frame row block
   const uint32_t probability_b =
-      shared_address(probabilities) + sizeof(T) * ((lane % 8) * kProbabilityPitch + (m & 1) * 8);
-  // Softmax owners: half-warp `half` of warp w holds head w + 16·half, one frame a lane; its
-  // running max and sum.
-  const int half = lane / 16, frame_lane = lane % 16;
-  const int owned_head = warp + kFrameWarps * half;
-  float running_max = -INFINITY, running_sum = 0.0f;
+      shared_address(probabilities) + sizeof(T) * ((lane % 8) * kProbabilityPitch + m * 8);
+  const uint32_t head_tile_probabilities = sizeof(T) * 8 * kProbabilityPitch;
+
+  // Softmax owners: warp w holds heads w, w + 8 and w + 16, a frame per lane; their running max
+  // and sum.
+  float running_max[kMaxHeadTiles], running_sum[kMaxHeadTiles];
+#pragma unroll
+  for (int k = 0; k < kMaxHeadTiles; ++k) running_max[k] = -INFINITY, running_sum[k] = 0.0f;
 
   float acc[kMaxWidthTiles][kMaxHeadTiles][4] = {};
   for (int tile = tile_begin, step = 0; tile < tile_end; ++tile, ++step) {
-    copy_async_wait<kFrameStages - 2>();
-    __syncthreads();  // this tile is in, and every warp is done with the stage loaded next
-    if (tile + kFrameStages - 1 < tile_end) {
-      load_tile(tile + kFrameStages - 1, (step + kFrameStages - 1) % kFrameStages);
-    }
+    copy_async_wait<0>();
+    __syncthreads();  // this tile is in, and every warp is done with the other stage
+    if (tile + 1 < tile_end) load_tile(tile + 1, (step + 1) % kFrameStages);
     copy_async_commit();
     const uint32_t stage_offset = (step % kFrameStages) * stage_bytes;
 
-    // S partial over this warp's columns.
-    float scores[kMaxHeadTiles][4] = {};
+    // S partial over this warp's columns, both row blocks.
+    float scores[kFrameBlocks][kMaxHeadTiles][4] = {};
 #pragma unroll
     for (int t = 0; t < kMaxWidthTiles; ++t) {
       if (t >= width_tiles) break;
-      uint32_t a[4];
-      load_matrix_x4(a, scores_a + stage_offset + t * 32);
+#pragma unroll
+      for (int b = 0; b < kFrameBlocks; ++b) {
+        uint32_t a[4];
+        load_matrix_x4(a, scores_a + stage_offset + b * block_bytes + t * 32);
+#pragma unroll
+        for (int n = 0; n < kMaxHeadTiles; ++n) {
+          if (n >= head_tiles) break;
+          mma_16816<T>(scores[b][n], a, query_fragments[t][n][0], query_fragments[t][n][1]);
+        }
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kFrameBlocks; ++b) {
 #pragma unroll
       for (int n = 0; n < kMaxHeadTiles; ++n) {
         if (n >= head_tiles) break;
-        uint32_t b[2];
-        load_matrix_x2(b, query_b + n * head_tile_bytes + t * 32);
-        mma_16816<T>(scores[n], a, b[0], b[1]);
+        float* const p =
+            partials + (warp * kMaxFrameHeads + n * 8 + 2 * c) * kPartialPitch + b * 16;
+        p[g] = scores[b][n][0];
+        p[kPartialPitch + g] = scores[b][n][1];
+        p[g + 8] = scores[b][n][2];
+        p[kPartialPitch + g + 8] = scores[b][n][3];
       }
-    }
-#pragma unroll
-    for (int n = 0; n < kMaxHeadTiles; ++n) {
-      if (n >= head_tiles) break;
-      float* const p = partials + (warp * kMaxFrameHeads + n * 8 + 2 * c) * kPartialPitch;
-      p[g] = scores[n][0];
-      p[kPartialPitch + g] = scores[n][1];
-      p[g + 8] = scores[n][2];
-      p[kPartialPitch + g + 8] = scores[n][3];
     }
     __syncthreads();
 
-    // Online softmax, a head per half-warp: heads past cta_heads get probability 0 and rescale 0.
-    {
-      // Half-warps past the 24 heads join the shuffles.
-      const int h = owned_head;
+    // Online softmax, a head per warp and pass, a frame per lane: heads past cta_heads get
+    // probability 0 and rescale 0.
+#pragma unroll
+    for (int k = 0; k < kMaxHeadTiles; ++k) {
+      const int h = warp + 8 * k;
       float score = -INFINITY;
-      if (h < cta_heads && tile * kFrameTile + frame_lane < frame_count) {
+      if (h < cta_heads && tile * kFrameTile + lane < frame_count) {
         score = 0.0f;
+#pragma unroll
         for (int w = 0; w < kFrameWarps; ++w) {
-          score += partials[(w * kMaxFrameHeads + h) * kPartialPitch + frame_lane];
+          score += partials[(w * kMaxFrameHeads + h) * kPartialPitch + lane];
         }
       }
-      float tile_max = score;
-      for (int offset = 8; offset > 0; offset >>= 1) {
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullWarp, tile_max, offset));
-      }
-      const float new_max = fmaxf(running_max, tile_max);
+      const float new_max = fmaxf(running_max[k], warp_max(score));
       const float reference = exp_reference(new_max);
       const float probability = expf(score - reference);
-      const float factor = expf(running_max - reference);
-      float sum = probability;
-      for (int offset = 8; offset > 0; offset >>= 1) {
-        sum += __shfl_xor_sync(kFullWarp, sum, offset);
-      }
-      running_sum = running_sum * factor + sum;
-      running_max = new_max;
-      if (h < kMaxFrameHeads) {
-        probabilities[h * kProbabilityPitch + frame_lane] = from_float<T>(probability);
-        if (frame_lane == 0) rescale[h] = factor;
-      }
+      const float factor = expf(running_max[k] - reference);
+      running_sum[k] = running_sum[k] * factor + warp_sum(probability);
+      running_max[k] = new_max;
+      probabilities[h * kProbabilityPitch + lane] = from_float<T>(probability);
+      if (lane == 0) rescale[h] = factor;
     }
     __syncthreads();
 
     // Oᵀ += X_tileᵀ · Pᵀ over this warp's columns, after rescaling each head's column.
-    uint32_t p_fragments[kMaxHeadTiles][2];
+    uint32_t p_fragments[kMaxHeadTiles][4];  // k-step 0: [0], [1]; k-step 1: [2], [3]
 #pragma unroll
     for (int n = 0; n < kMaxHeadTiles; ++n) {
       if (n >= head_tiles) break;
-      load_matrix_x2(p_fragments[n], probability_b + n * sizeof(T) * 8 * kProbabilityPitch);
+      load_matrix_x4(p_fragments[n], probability_b + n * head_tile_probabilities);
       const float even = rescale[n * 8 + 2 * c], odd = rescale[n * 8 + 2 * c + 1];
 #pragma unroll
       for (int t = 0; t < kMaxWidthTiles; ++t) {
@@ -357,21 +380,27 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
 #pragma unroll
     for (int t = 0; t < kMaxWidthTiles; ++t) {
       if (t >= width_tiles) break;
-      uint32_t a[4];
-      load_matrix_x4_transposed(a, output_a + stage_offset + t * 32);
 #pragma unroll
-      for (int n = 0; n < kMaxHeadTiles; ++n) {
-        if (n >= head_tiles) break;
-        mma_16816<T>(acc[t][n], a, p_fragments[n][0], p_fragments[n][1]);
+      for (int b = 0; b < kFrameBlocks; ++b) {
+        uint32_t a[4];
+        load_matrix_x4_transposed(a, output_a + stage_offset + b * block_bytes + t * 32);
+#pragma unroll
+        for (int n = 0; n < kMaxHeadTiles; ++n) {
+          if (n >= head_tiles) break;
+          mma_16816<T>(acc[t][n], a, p_fragments[n][2 * b], p_fragments[n][2 * b + 1]);
+        }
       }
     }
   }
   copy_async_wait<0>();
 
   // Each head's final max and sum; the unnormalised output into shared memory.
-  if (owned_head < kMaxFrameHeads && frame_lane == 0) {
-    final_max[owned_head] = running_max;
-    final_sum[owned_head] = running_sum;
+  if (lane == 0) {
+#pragma unroll
+    for (int k = 0; k < kMaxHeadTiles; ++k) {
+      final_max[warp + 8 * k] = running_max[k];
+      final_sum[warp + 8 * k] = running_sum[k];
+    }
   }
   __syncthreads();  // every warp is done with the tiles
   const int64_t output_pitch = width + 4;
@@ -486,11 +515,17 @@ void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int 
                   cudaStream_t stream) {
   if (rows <= 0) return;
   if (head_dim > kMaxAbsorbHeadDim) fail("absorb_query: head_dim ", head_dim, " > 128");
-  const dim3 grid(static_cast<unsigned>(ceil_div(width, kAbsorbThreads)), heads,
-                  static_cast<unsigned>(ceil_div(rows, kQueryRows)));
+  if (width % 8 != 0 || w_row_stride % 8 != 0 || !aligned16(w_k) || !aligned16(out)) {
+    fail("absorb_query: weight and output rows must be 16-byte aligned");
+  }
+  // One row (a batch-1 step) in its own form, so that it computes no rows it does not have.
+  const int block_rows = rows == 1 ? 1 : 8;
+  const dim3 grid(static_cast<unsigned>(ceil_div(width / 8, kAbsorbThreads)), heads,
+                  static_cast<unsigned>(ceil_div(rows, block_rows)));
   with_half_type(e, "absorb_query", [&](auto zero) {
     using T = decltype(zero);
-    absorb_query_kernel<T><<<grid, kAbsorbThreads, 0, stream>>>(
+    const auto kernel = block_rows == 1 ? absorb_query_kernel<T, 1> : absorb_query_kernel<T, 8>;
+    kernel<<<grid, kAbsorbThreads, 0, stream>>>(
         static_cast<const T*>(q), q_stride, static_cast<const T*>(w_k), w_row_stride,
         static_cast<int>(rows), heads, head_dim, width, scale, static_cast<T*>(out));
   });
@@ -550,10 +585,11 @@ void absorb_values(Element e, const void* o, int64_t rows, int heads, int head_d
                    int64_t w_row_stride, const void* bias, int64_t width, void* context,
                    int64_t context_stride, cudaStream_t stream) {
   if (rows <= 0) return;
-  if (width % 8 != 0 || w_row_stride % 8 != 0 || !aligned16(o) || !aligned16(w_v)) {
-    fail("absorb_values: rows must be 16-byte aligned and a multiple of 8 values wide");
+  if (width % 16 != 0 || width > 16 * kValueWarps * kMaxValueSteps || w_row_stride % 8 != 0 ||
+      !aligned16(o) || !aligned16(w_v)) {
+    fail("absorb_values: rows must be 16-byte aligned, a multiple of 16 values wide, at most 1280");
   }
-  const dim3 grid(static_cast<unsigned>(ceil_div(head_dim, kValueWarps)), heads,
+  const dim3 grid(static_cast<unsigned>(ceil_div(head_dim, kValueOutputs)), heads,
                   static_cast<unsigned>(ceil_div(rows, kValueRows)));
   with_half_type(e, "absorb_values", [&](auto zero) {
     using T = decltype(zero);
