@@ -13,17 +13,21 @@
 // the frames once per layer (d values a frame) where the K/V cache took 2d, and nothing
 // per layer is stored: a large-v3 window keeps 3.8 MB of frames instead of 246 MB of K/V.
 //
-// frame_attention is the memory-bound one. A CTA of 16 warps takes one query row and a range of
-// frames (a split); the splits of a row form a thread-block cluster and merge their softmax
-// states through distributed shared memory. Frames come in tiles of 16 rows through a 3-stage
-// cp.async ring. Per tile, on the tensor cores (mma m16n8k16, F32 accumulators):
-//   S [16 frames × heads] = X_tile · Q̃ᵀ, each warp a 1/16 of the width, summed in shared memory;
-//   the online softmax of each head (one half-warp per head, a frame per lane);
-//   Oᵀ [width × heads] += X_tileᵀ · Pᵀ, each warp its 1/16 of the width in registers.
+// frame_attention is meant to be bound by reading the frames. A CTA of 8 warps takes one query
+// row and a range of frames (a split); the splits of a row form a thread-block cluster and merge
+// their softmax states through distributed shared memory. Frames come in tiles of 32 rows
+// through a 2-stage cp.async ring. Per tile, on the tensor cores (mma m16n8k16, F32
+// accumulators):
+//   S [32 frames × heads] = X_tile · Q̃ᵀ, each warp 1/8 of the width (the query's fragments of
+//     its columns stay in registers), the warps' parts summed in shared memory;
+//   the online softmax of each head (a warp per head, a frame per lane);
+//   Oᵀ [width × heads] += X_tileᵀ · Pᵀ, each warp its 1/8 of the width in registers.
 // Heads are the products' narrow side (n = 8 per tile, up to 3 tiles: 24 heads), the width the
 // wide one; every X value read from memory feeds every head. A tile's three phases depend on each
-// other, so an SM needs many warps to keep its loads going: 16 warps of 80 columns each (8 warps
-// of 160 ran large-v3's batch-16 step at 0.5 TB/s).
+// other, and the phases' fixed costs (the score sum, the rescale of the accumulators, three
+// barriers) are what limits it: a form with 16-frame tiles and 16 warps issued about 530
+// instructions per warp and tile for 30 products, and this one still runs large-v3's batch-16
+// step at about 1 TB/s (bench/RESULTS.md).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
