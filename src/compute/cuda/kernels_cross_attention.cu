@@ -26,8 +26,8 @@
 // wide one; every X value read from memory feeds every head. A tile's three phases depend on each
 // other, and the phases' fixed costs (the score sum, the rescale of the accumulators, three
 // barriers) are what limits it: a form with 16-frame tiles and 16 warps issued about 530
-// instructions per warp and tile for 30 products, and this one still runs large-v3's batch-16
-// step at about 1 TB/s (bench/RESULTS.md).
+// instructions per warp and tile for 30 products, and with this one large-v3's batch-16 step is
+// still 1.6× slower than over the K/V cache (bench/RESULTS.md).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
