@@ -24,10 +24,10 @@
 //   Oᵀ [width × heads] += X_tileᵀ · Pᵀ, each warp its 1/8 of the width in registers.
 // Heads are the products' narrow side (n = 8 per tile, up to 3 tiles: 24 heads), the width the
 // wide one; every X value read from memory feeds every head. A tile's three phases depend on each
-// other, and the phases' fixed costs (the score sum, the rescale of the accumulators, three
-// barriers) are what limits it: a form with 16-frame tiles and 16 warps issued about 530
-// instructions per warp and tile for 30 products, and with this one large-v3's batch-16 step is
-// still 1.6× slower than over the K/V cache (bench/RESULTS.md).
+// other, and their fixed costs (the score sum, the rescale of the accumulators, three barriers)
+// limited a form with 16-frame tiles and 16 warps, which issued about 530 instructions per warp
+// and tile for 30 products. With this one, large-v3's batch-16 step is still 1.6× slower than
+// over the K/V cache (bench/RESULTS.md).
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
