@@ -36,9 +36,10 @@ std::optional<CrossKvStorage> requested_cross_kv_storage() {
 // product's tiles (a batch of one window has 1500).
 constexpr int64_t kMinCrossKvChunkRows = 256;
 
-// Prompt tokens per window up to which a prompt attends over the frames like a step does (each
-// token's pass over the frames is worth 1/16 or so of a layer's K/V product); a longer prompt
-// computes each layer's K and V of its windows, then attends over them.
+// Prompt tokens per window up to which a prompt attends over the frames like a step does, a pass
+// over the frames per token; a longer prompt computes each layer's K and V of its windows once,
+// then attends over them. Not tuned: the prompts of a batched decode have 3-4 tokens, those that
+// carry a previous window's text up to 224.
 constexpr int64_t kFramePromptRows = 16;
 
 bool frames_run(const Config& config, const Weights& w) {
