@@ -22,6 +22,9 @@ void check(cudaError_t status, const char* what);
 // After kernel launches: reports a launch failure (bad configuration) at the launch site.
 void check_launch(const char* what);
 
+// The current device's multiprocessor count, read once (hark runs on one device).
+int multiprocessor_count();
+
 // Device memory owned by one object. Move-only; freed in the destructor.
 class Buffer {
  public:

@@ -68,6 +68,17 @@ void check_launch(const char* what) {
   check(cudaGetLastError(), what);
 }
 
+int multiprocessor_count() {
+  static const int count = [] {
+    int device = 0, value = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device),
+          "multiprocessor count");
+    return value;
+  }();
+  return count;
+}
+
 // What both constructors do after asking for the memory: out of memory gets its own error.
 void Buffer::adopt(cudaError_t status, size_t bytes, const char* what) {
   if (status == cudaErrorMemoryAllocation) {

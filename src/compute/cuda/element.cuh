@@ -204,6 +204,15 @@ void launch_in_clusters(void (*kernel)(Parameters...), dim3 grid, dim3 block, si
   check_launch(what);
 }
 
+// Raises a kernel's dynamic shared memory limit past the default 48 KiB to `bytes`; a launcher
+// calls it once per kernel (a static), with the most any of its launches asks for.
+template <class... Parameters>
+void allow_shared_memory(void (*kernel)(Parameters...), size_t bytes, const char* what) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(bytes)),
+        what);
+}
+
 inline bool aligned(const void* pointer, size_t bytes) {
   return reinterpret_cast<uintptr_t>(pointer) % bytes == 0;
 }

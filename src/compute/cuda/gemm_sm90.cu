@@ -454,16 +454,14 @@ const Hopper& hopper() {
   return found;
 }
 
-bool aligned16(const void* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
-}
-
 template <class T, Activation kAct>
 void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const void* bias,
             void* y, Element e, cudaStream_t stream) {
-  static const cudaError_t opted_in = cudaFuncSetAttribute(
-      activation_linear_kernel<T, kAct>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSharedBytes);
-  check(opted_in, "activation_linear shared memory");
+  static const bool configured =
+      (allow_shared_memory(activation_linear_kernel<T, kAct>, kSharedBytes,
+                           "activation_linear shared memory"),
+       true);
+  (void)configured;
   const CUtensorMap x_map = tile_map(e, x, m, k, kTileRows);
   const CUtensorMap w_map = tile_map(e, w, n, k, kTileCols);
   const CUtensorMap y_map = tile_map(e, y, m, n, 64);
@@ -481,8 +479,8 @@ bool activation_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const vo
                             const void* w, const void* bias, const void* y) {
   return hopper().present && e != Element::f32 && m >= 1 && m <= INT32_MAX && n % kTileCols == 0 &&
          n <= INT32_MAX && k % kTileDepth == 0 && k >= kTileDepth && k <= INT32_MAX &&
-         m * n <= INT64_MAX / 2 && aligned16(x) && aligned16(w) && aligned16(y) &&
-         (bias == nullptr || aligned16(bias));
+         m * n <= INT64_MAX / 2 && aligned(x, 16) && aligned(w, 16) && aligned(y, 16) &&
+         (bias == nullptr || aligned(bias, 16));
 }
 
 void activation_linear(Element e, const void* x, int64_t m, int64_t k, const void* w, int64_t n,

@@ -178,8 +178,8 @@ void append_kv(Element e, const void* new_k, const void* new_v, int64_t new_row_
 // the projections fold into the query and the output, and a decode step reads each frame once
 // (width values) for every head, where a K/V cache costs 2 · width values a frame and layer.
 
-// Whether frame_attention takes these shapes: F16/BF16, at most 24 heads, a width that is a
-// multiple of 16 up to 1280.
+// Whether the three kernels below take these shapes: F16/BF16, at most 24 heads of at most 128,
+// a width that is a multiple of 16 up to 1280.
 bool frame_attention_runs(Element e, int heads, int64_t width);
 
 // out [rows, heads, width] = scale · per head h, q[r, h·head_dim .. +head_dim] · W_k rows

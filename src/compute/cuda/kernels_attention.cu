@@ -933,14 +933,6 @@ __global__ void append_kv_kernel(const Unit* __restrict__ new_k, const Unit* __r
 
 // ---- launchers --------------------------------------------------------------------------------
 
-// Raises a kernel's dynamic shared memory limit past the default 48 KiB (once per kernel).
-template <class Kernel>
-void allow_shared_memory(Kernel kernel, size_t bytes) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             static_cast<int>(bytes)),
-        "attention shared memory limit");
-}
-
 struct AttentionArguments {
   const void* q;
   int64_t q_row_stride, q_batch_stride;
@@ -989,7 +981,9 @@ void launch_flash_kernel(const AttentionArguments& a, cudaStream_t stream) {
   using Shape = FlashShape<kHeadDim, kRelative>;
   constexpr size_t shared_bytes = Shape::kSharedBytes;
   static const bool configured =
-      (allow_shared_memory(flash_attention_kernel<T, kHeadDim, kRelative>, shared_bytes), true);
+      (allow_shared_memory(flash_attention_kernel<T, kHeadDim, kRelative>, shared_bytes,
+                           "flash attention shared memory"),
+       true);
   (void)configured;
   PositionTable<T> positions{};
   if (a.relative != nullptr) {
@@ -1025,7 +1019,8 @@ template <class T>
 void launch_generic_attention(const AttentionArguments& a, cudaStream_t stream) {
   static const bool configured =
       (allow_shared_memory(attention_generic_kernel<T>,
-                           generic_shared_floats(kMaxHeadDim) * sizeof(float)),
+                           generic_shared_floats(kMaxHeadDim) * sizeof(float),
+                           "attention shared memory"),
        true);
   (void)configured;
   const dim3 grid((a.q_len + kGenericQueries - 1) / kGenericQueries, a.heads, a.batch);

@@ -1114,11 +1114,11 @@ void rel_pos_attention(Element e, const void* q, const void* k, const void* v, i
                   static_cast<unsigned>(batch));
   with_type(e, [&](auto type) {
     using T = decltype(type);
-    // More than the default 48 KB of shared memory must be asked for (once per instantiation).
-    static const cudaError_t opted_in = cudaFuncSetAttribute(
-        rel_pos_attention_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-        static_cast<int>(attention_shared_bytes(kMaxHeadDim)));
-    check(opted_in, "rel_pos_attention shared memory");
+    static const bool configured =
+        (allow_shared_memory(rel_pos_attention_kernel<T>, attention_shared_bytes(kMaxHeadDim),
+                             "rel_pos_attention shared memory"),
+         true);
+    (void)configured;
     rel_pos_attention_kernel<T><<<grid, kAttentionWarps * 32, shared_bytes, stream>>>(
         static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v), row_stride,
         static_cast<const T*>(p), p_row_stride, static_cast<const T*>(bias_u),

@@ -48,8 +48,9 @@ namespace {
 // ---- absorb_query: q̃[r, h, :] = scale · Σ_j q[r, h·head_dim + j] · W_k[h·head_dim + j, :] -----
 //
 // A thread per 8 output columns of a (head, kRows rows) block: the query values sit in shared
-// memory and are broadcast; each 16-byte weight load feeds 8 columns of kRows rows. 16 loads of
-// a thread are in flight at a time (few warps run, and their loads must overlap).
+// memory and are broadcast; each 16-byte weight load feeds 8 columns of kRows rows. A thread
+// issues 16 loads before their products (few warps run, and their loads must overlap; whether
+// the compiler keeps all 16 in flight was not checked in the machine code).
 
 constexpr int kAbsorbThreads = 64;
 constexpr int kMaxAbsorbHeadDim = 128;
@@ -311,22 +312,32 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
     copy_async_commit();
     const uint32_t stage_offset = (step % kFrameStages) * stage_bytes;
 
-    // S partial over this warp's columns, both row blocks.
-    float scores[kFrameBlocks][kMaxHeadTiles][4] = {};
+    // Both products take X's fragments of the warp's column tiles t and row blocks b (at the
+    // lane's address `first`), each with the B fragments of every head tile n.
+    const auto over_x_fragments = [&](uint32_t first, auto load, auto multiply) {
 #pragma unroll
-    for (int t = 0; t < kMaxWidthTiles; ++t) {
-      if (t >= width_tiles) break;
+      for (int t = 0; t < kMaxWidthTiles; ++t) {
+        if (t >= width_tiles) break;
 #pragma unroll
-      for (int b = 0; b < kFrameBlocks; ++b) {
-        uint32_t a[4];
-        load_matrix_x4(a, scores_a + stage_offset + b * block_bytes + t * 32);
+        for (int b = 0; b < kFrameBlocks; ++b) {
+          uint32_t a[4];
+          load(a, first + stage_offset + b * block_bytes + t * 32);
 #pragma unroll
-        for (int n = 0; n < kMaxHeadTiles; ++n) {
-          if (n >= head_tiles) break;
-          mma_16816<T>(scores[b][n], a, query_fragments[t][n][0], query_fragments[t][n][1]);
+          for (int n = 0; n < kMaxHeadTiles; ++n) {
+            if (n >= head_tiles) break;
+            multiply(t, b, n, a);
+          }
         }
       }
-    }
+    };
+
+    // S partial over this warp's columns, both row blocks.
+    float scores[kFrameBlocks][kMaxHeadTiles][4] = {};
+    over_x_fragments(
+        scores_a, [](uint32_t(&a)[4], uint32_t at) { load_matrix_x4(a, at); },
+        [&](int t, int b, int n, const uint32_t(&a)[4]) {
+          mma_16816<T>(scores[b][n], a, query_fragments[t][n][0], query_fragments[t][n][1]);
+        });
 #pragma unroll
     for (int b = 0; b < kFrameBlocks; ++b) {
 #pragma unroll
@@ -381,20 +392,11 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
         acc[t][n][3] *= odd;
       }
     }
-#pragma unroll
-    for (int t = 0; t < kMaxWidthTiles; ++t) {
-      if (t >= width_tiles) break;
-#pragma unroll
-      for (int b = 0; b < kFrameBlocks; ++b) {
-        uint32_t a[4];
-        load_matrix_x4_transposed(a, output_a + stage_offset + b * block_bytes + t * 32);
-#pragma unroll
-        for (int n = 0; n < kMaxHeadTiles; ++n) {
-          if (n >= head_tiles) break;
+    over_x_fragments(
+        output_a, [](uint32_t(&a)[4], uint32_t at) { load_matrix_x4_transposed(a, at); },
+        [&](int t, int b, int n, const uint32_t(&a)[4]) {
           mma_16816<T>(acc[t][n], a, p_fragments[n][2 * b], p_fragments[n][2 * b + 1]);
-        }
-      }
-    }
+        });
   }
   copy_async_wait<0>();
 
@@ -485,17 +487,6 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
   cluster.sync();  // the other CTAs' shared memory must outlive these reads
 }
 
-int multiprocessor_count() {
-  static const int count = [] {
-    int device = 0, value = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device),
-          "multiprocessor count");
-    return value;
-  }();
-  return count;
-}
-
 template <class F>
 void with_half_type(Element e, const char* what, F&& f) {
   if (e == Element::f16) return f(__half{});
@@ -503,15 +494,12 @@ void with_half_type(Element e, const char* what, F&& f) {
   fail(what, ": F16 or BF16 elements only");
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 bool frame_attention_runs(Element e, int heads, int64_t width) {
   return (e == Element::f16 || e == Element::bf16) && heads > 0 && heads <= kMaxFrameHeads &&
-         width > 0 && width % 16 == 0 && width <= kFrameWarps * 16 * kMaxWidthTiles;
+         width > 0 && width % 16 == 0 && width <= kFrameWarps * 16 * kMaxWidthTiles &&
+         width % heads == 0 && width / heads <= kMaxAbsorbHeadDim;
 }
 
 void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int heads, int head_dim,
@@ -519,7 +507,7 @@ void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int 
                   cudaStream_t stream) {
   if (rows <= 0) return;
   if (head_dim > kMaxAbsorbHeadDim) fail("absorb_query: head_dim ", head_dim, " > 128");
-  if (width % 8 != 0 || w_row_stride % 8 != 0 || !aligned16(w_k) || !aligned16(out)) {
+  if (width % 8 != 0 || w_row_stride % 8 != 0 || !aligned(w_k, 16) || !aligned(out, 16)) {
     fail("absorb_query: weight and output rows must be 16-byte aligned");
   }
   // One row (a batch-1 step) in its own form, so that it computes no rows it does not have.
@@ -544,7 +532,8 @@ void frame_attention(Element e, const void* queries, int64_t rows, int heads, in
     fail("frame_attention: ", heads, " heads of width ", width,
          " (wants F16/BF16, at most 24 heads, a width that is a multiple of 16 up to 1280)");
   }
-  if (!aligned16(queries) || !aligned16(frames) || !aligned16(out) || window_stride % 8 != 0) {
+  if (!aligned(queries, 16) || !aligned(frames, 16) || !aligned(out, 16) ||
+      window_stride % 8 != 0) {
     fail("frame_attention: queries, frames and output must be 16-byte aligned");
   }
   if (rows > 65535) fail("frame_attention: ", rows, " rows (at most 65535 a launch)");
@@ -565,17 +554,12 @@ void frame_attention(Element e, const void* queries, int64_t rows, int heads, in
   with_half_type(e, "frame_attention", [&](auto zero) {
     using T = decltype(zero);
     const FrameLayout layout = FrameLayout::of<T>(width);
-    static const bool allowed = [] {
-      int device = 0, limit = 0;
-      check(cudaGetDevice(&device), "cudaGetDevice");
-      check(cudaDeviceGetAttribute(&limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device),
-            "shared memory per block");
-      check(cudaFuncSetAttribute(frame_attention_kernel<T>,
-                                 cudaFuncAttributeMaxDynamicSharedMemorySize, limit),
-            "frame_attention shared memory limit");
-      return true;
-    }();
-    (void)allowed;
+    static const bool configured =
+        (allow_shared_memory(frame_attention_kernel<T>,
+                             FrameLayout::of<T>(kFrameWarps * 16 * kMaxWidthTiles).bytes,
+                             "frame_attention shared memory"),
+         true);
+    (void)configured;
     launch_in_clusters(frame_attention_kernel<T>, dim3(splits, groups, static_cast<unsigned>(rows)),
                        dim3(kFrameThreads), static_cast<size_t>(layout.bytes), splits, stream,
                        "frame_attention", static_cast<const T*>(queries),
@@ -590,7 +574,7 @@ void absorb_values(Element e, const void* o, int64_t rows, int heads, int head_d
                    int64_t context_stride, cudaStream_t stream) {
   if (rows <= 0) return;
   if (width % 16 != 0 || width > 16 * kValueWarps * kMaxValueSteps || w_row_stride % 8 != 0 ||
-      !aligned16(o) || !aligned16(w_v)) {
+      !aligned(o, 16) || !aligned(w_v, 16)) {
     fail("absorb_values: rows must be 16-byte aligned, a multiple of 16 values wide, at most 1280");
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(head_dim, kValueOutputs)), heads,

@@ -389,10 +389,6 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
 }
 
 // ---- Launch -----------------------------------------------------------------------------------
-bool aligned16(const void* pointer) {
-  return reinterpret_cast<uintptr_t>(pointer) % 16 == 0;
-}
-
 struct DeviceLimits {
   int multiprocessors = 0;
   int64_t shared_per_block = 0;  // opt-in maximum
@@ -411,7 +407,7 @@ const DeviceLimits& device_limits() {
       return value;
     };
     DeviceLimits l;
-    l.multiprocessors = attribute(cudaDevAttrMultiProcessorCount, "multiprocessor count");
+    l.multiprocessors = multiprocessor_count();
     l.shared_per_block =
         attribute(cudaDevAttrMaxSharedMemoryPerBlockOptin, "shared memory per block");
     l.shared_per_multiprocessor =
@@ -429,9 +425,8 @@ template <class T, int kBatch>
 int blocks_by_registers() {
   static const int blocks = [] {
     const auto kernel = decode_linear_kernel<T, kBatch>;
-    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(device_limits().shared_per_block)),
-          "decode_linear shared memory limit");
+    allow_shared_memory(kernel, static_cast<size_t>(device_limits().shared_per_block),
+                        "decode_linear shared memory limit");
     int per_multiprocessor = 0;
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, 0),
           "decode_linear occupancy");
@@ -575,12 +570,12 @@ void check_inputs(const void* x, int64_t k_in, const DecodeNorm* norm, const voi
   if (k_in <= 0 || k_in % 8 != 0) {
     fail("decode_linear: k_in ", k_in, " is not a positive multiple of 8");
   }
-  if (!aligned16(x) || !aligned16(w)) fail("decode_linear: x and W must be 16-byte aligned");
+  if (!aligned(x, 16) || !aligned(w, 16)) fail("decode_linear: x and W must be 16-byte aligned");
   if (norm != nullptr) {
     if (norm->gamma == nullptr || norm->beta == nullptr) {
       fail("decode_linear: a norm needs gamma and beta");
     }
-    if (!aligned16(norm->gamma) || !aligned16(norm->beta)) {
+    if (!aligned(norm->gamma, 16) || !aligned(norm->beta, 16)) {
       fail("decode_linear: the norm's gamma and beta must be 16-byte aligned");
     }
   }

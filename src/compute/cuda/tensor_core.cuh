@@ -47,13 +47,6 @@ __device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], uint32_t addres
 __device__ __forceinline__ void load_matrix_x4(uint32_t (&r)[4], const void* shared) {
   load_matrix_x4(r, shared_address(shared));
 }
-// Two 8×8 b16 matrices (a B fragment); lanes 8i..8i+7 give the row addresses of matrix i, the
-// addresses of lanes 16..31 are not read.
-__device__ __forceinline__ void load_matrix_x2(uint32_t (&r)[2], uint32_t address) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(address));
-}
 __device__ __forceinline__ void load_matrix_x4_transposed(uint32_t (&r)[4], uint32_t address) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])

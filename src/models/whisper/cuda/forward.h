@@ -39,10 +39,10 @@ struct EncoderBuffers {
 //     query and the output (compute/cuda/kernels.h: absorb_query, frame_attention,
 //     absorb_values). Nothing per decoder layer is stored (large-v3: 3.8 MB a window where its
 //     K/V take 246 MB in F16), no K/V product runs after the encoder, and a step reads d values a
-//     frame and layer instead of 2d. Runs for 16-bit weights that are not Q8_0, at most 24 heads
-//     and d a multiple of 16 up to 1280 (every Whisper size). Not the default: its kernels do
-//     not yet read the frames fast enough, and the steps are slower than native ones
-//     (bench/RESULTS.md).
+//     frame and layer instead of 2d. Runs for 16-bit weights that are not Q8_0, at most 24
+//     heads of at most 128 values, and d a multiple of 16 up to 1280 (every Whisper size). Not
+//     the default: its kernels do not yet read the frames fast enough, and the steps are slower
+//     than native ones (bench/RESULTS.md).
 enum class CrossKvStorage : uint8_t { native, int8, frames };
 
 // The storage a model uses: native, unless the environment's HARK_CUDA_CROSS_KV (native, int8 or

@@ -43,7 +43,7 @@ constexpr int64_t kMinCrossKvChunkRows = 256;
 constexpr int64_t kFramePromptRows = 16;
 
 bool frames_run(const Config& config, const Weights& w) {
-  return !w.cross_kv.weight.q8_0 && config.d_model / config.decoder_heads <= 128 &&
+  return !w.cross_kv.weight.q8_0 &&
          gpu::frame_attention_runs(w.element, config.decoder_heads, config.d_model);
 }
 
@@ -54,8 +54,8 @@ CrossKvStorage cross_kv_storage(const Config& config, const Weights& w) {
   if (requested == CrossKvStorage::frames && !frames_run(config, w)) {
     fail(
         "HARK_CUDA_CROSS_KV=frames: this model cannot attend over its frames (it needs 16-bit "
-        "weights that are not Q8_0, at most 24 heads, and a width that is a multiple of 16 up "
-        "to 1280)");
+        "weights that are not Q8_0, at most 24 heads of at most 128 values, and a width that "
+        "is a multiple of 16 up to 1280)");
   }
   return requested.value_or(CrossKvStorage::native);
 }
@@ -237,6 +237,18 @@ void reserve_decoder(gpu::Pass& pass, const Config& config, int64_t rows, int64_
   s.attended.reserve(pass.bytes(frame_rows * config.decoder_heads * d));
 }
 
+// Decoder layer l's rows of the stacked cross-attention K/V matrix (K rows, then V rows d · d
+// values on) and of its bias (null: none; V's d values on).
+struct CrossLayer {
+  const void* weights;
+  const void* bias;
+};
+CrossLayer cross_layer(const Config& config, const Weights& w, int l, gpu::Element e) {
+  const int64_t first_row = 2 * config.d_model * l;
+  return {offset(w.cross_kv.weight.data.data(), first_row * config.d_model, e),
+          w.cross_kv.bias.bytes() > 0 ? offset(w.cross_kv.bias.data(), first_row, e) : nullptr};
+}
+
 // Cross-attention of decoder layer l over the frames (frames storage): q [rows, d] to s.context;
 // row r reads the window at cross.kv + (r / rows_per_window) · cross.sequence_stride.
 void attend_frames(gpu::Pass& pass, const Config& config, const Weights& w, int l, const void* q,
@@ -245,11 +257,10 @@ void attend_frames(gpu::Pass& pass, const Config& config, const Weights& w, int 
   const int64_t d = config.d_model;
   const int heads = config.decoder_heads;
   const int head_dim = static_cast<int>(d / heads);
-  // Layer l's K rows of the stacked matrix at 2d·l, its V rows after them.
-  const void* w_k = offset(w.cross_kv.weight.data.data(), 2 * d * l * d, e);
+  const CrossLayer layer = cross_layer(config, w, l, e);
+  const void* w_k = layer.weights;
   const void* w_v = offset(w_k, d * d, e);
-  const void* b_v =
-      w.cross_kv.bias.bytes() > 0 ? offset(w.cross_kv.bias.data(), 2 * d * l + d, e) : nullptr;
+  const void* b_v = layer.bias != nullptr ? offset(layer.bias, d, e) : nullptr;
   gpu::absorb_query(e, q, d, rows, heads, head_dim, w_k, d, d, w.decoder_scale, s.absorbed.data(),
                     pass.stream());
   gpu::frame_attention(e, s.absorbed.data(), rows, heads, d, cross.kv,
@@ -328,10 +339,9 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
     if (cross.storage == CrossKvStorage::native) {
       keys = offset(cross.kv, 2 * d * l, e);
     } else if (frames_storage) {
-      const void* w_kv = offset(w.cross_kv.weight.data.data(), 2 * d * l * d, e);
-      const void* b_kv =
-          w.cross_kv.bias.bytes() > 0 ? offset(w.cross_kv.bias.data(), 2 * d * l, e) : nullptr;
-      pass.product(cross.kv, cross_windows * frames, d, w_kv, 2 * d, b_kv, s.cross.data());
+      const CrossLayer layer = cross_layer(config, w, l, e);
+      pass.product(cross.kv, cross_windows * frames, d, layer.weights, 2 * d, layer.bias,
+                   s.cross.data());
       keys = s.cross.data();
       row_stride = 2 * d;
       sequence_stride = cross.sequence_stride == 0 ? 0 : frames * 2 * d;
