@@ -181,25 +181,35 @@ constexpr int kWidePack = static_cast<int>(16 / sizeof(T));
 // ---- Launch shapes ----------------------------------------------------------------------------
 
 // Launches `kernel` over `grid` in thread-block clusters of `cluster_x` CTAs along x (1: no
-// clusters), `shared_bytes` of dynamic shared memory each; `what` names it in errors.
+// clusters), `shared_bytes` of dynamic shared memory each; `what` names it in errors. With
+// `early_start`, as a programmatic dependent of the kernel before it: its blocks may start once
+// that kernel's have all called allow_dependent_kernels, and must wait_for_prerequisite_kernels
+// before they read what it writes.
 template <class... Parameters, class... Arguments>
 void launch_in_clusters(void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
-                        unsigned cluster_x, cudaStream_t stream, const char* what,
+                        unsigned cluster_x, bool early_start, cudaStream_t stream, const char* what,
                         Arguments&&... arguments) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = shared_bytes;
   config.stream = stream;
-  cudaLaunchAttribute cluster = {};
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = cluster_x;
-  cluster.val.clusterDim.y = 1;
-  cluster.val.clusterDim.z = 1;
+  cudaLaunchAttribute attributes[2] = {};
+  unsigned count = 0;
   if (cluster_x > 1) {
-    config.attrs = &cluster;
-    config.numAttrs = 1;
+    cudaLaunchAttribute& cluster = attributes[count++];
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = cluster_x;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
   }
+  if (early_start) {
+    cudaLaunchAttribute& dependent = attributes[count++];
+    dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    dependent.val.programmaticStreamSerializationAllowed = 1;
+  }
+  config.attrs = attributes;
+  config.numAttrs = count;
   check(cudaLaunchKernelEx(&config, kernel, std::forward<Arguments>(arguments)...), what);
   check_launch(what);
 }

@@ -63,7 +63,8 @@ void dequantize_q8_0(const void* blocks, int64_t rows, int64_t cols, Element e, 
 // Matrix-vector products with Q8_0 weights for small batches (decode steps):
 // y[b, n] = Σ_k x[b, k] · W[n, k] (+ bias[n]) (+ residual[b, n]) for b < batch, W [n_out, k_in]
 // as Q8_0 blocks; x, bias, residual and y of element type e; residual may alias y; bias and
-// residual may be null. Meant for batch ≤ 16.
+// residual may be null. Meant for batch ≤ 16. Up to 4 rows, launched as a programmatic dependent
+// of the kernel before it: its first tiles of W are copied while that one finishes.
 void gemv_q8_0(Element e, const void* x, int64_t batch, int64_t k_in, const void* w, int64_t n_out,
                const void* bias, const void* residual, void* y, cudaStream_t stream);
 
@@ -122,6 +123,8 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
 // keys/values of sequence b at k/v + b · kv_batch_stride, one row per position kv_row_stride
 // apart; sequence b attends to its first lengths[b] positions (a device array, so that a captured
 // graph serves every step). out [batch, heads · head_dim] (row stride out_stride).
+// Launched as a programmatic dependent of the kernel before it: its blocks may start while that
+// one finishes, and wait for it before they read anything.
 void decode_attention(Element e, const void* q, int64_t q_stride, const void* k, const void* v,
                       int64_t kv_row_stride, int64_t kv_batch_stride, const int32_t* lengths,
                       void* out, int64_t out_stride, int batch, int heads, int head_dim,

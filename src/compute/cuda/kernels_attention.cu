@@ -715,8 +715,10 @@ __global__ void __launch_bounds__(kDecodeThreads)
   __shared__ float block_output[kMaxHeadDim];
 
   // The next step's linear layer may load its weights meanwhile (it waits for this grid before it
-  // reads the context written here).
+  // reads the context written here). This one, launched as a dependent too, waits for the kernel
+  // before it (which writes q, and for a self-attention this step's K and V) before it reads.
   allow_dependent_kernels();
+  wait_for_prerequisite_kernels();
   const int splits = gridDim.x, split = blockIdx.x;
   const int head = blockIdx.y, sequence = blockIdx.z;
   const int length = max(lengths[sequence], 0);
@@ -922,6 +924,7 @@ __global__ void append_kv_kernel(const Unit* __restrict__ new_k, const Unit* __r
                                  Unit* __restrict__ k_cache, Unit* __restrict__ v_cache,
                                  int64_t cache_batch_stride,
                                  const int32_t* __restrict__ positions) {
+  allow_dependent_kernels();  // for decode_attention, launched as a dependent
   const int64_t step = blockIdx.x, sequence = blockIdx.y;
   const int64_t source = sequence * new_batch_stride + step * new_row_stride;
   const int64_t target = sequence * cache_batch_stride + (positions[sequence] + step) * width;
@@ -1056,9 +1059,9 @@ void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv
   while (splits < kMaxSplits && batch * heads * splits < kDecodeTargetBlocks) splits *= 2;
 
   launch_in_clusters(decode_attention_kernel<T, Kv, kVector>, dim3(splits, heads, batch),
-                     dim3(kDecodeThreads), 0, splits, stream, "decode attention", q, q_stride, k, v,
-                     kv_row_stride, kv_batch_stride, kv_scales, lengths, out, out_stride, head_dim,
-                     lanes_per_key_log2, scale);
+                     dim3(kDecodeThreads), 0, splits, /*early_start=*/true, stream,
+                     "decode attention", q, q_stride, k, v, kv_row_stride, kv_batch_stride,
+                     kv_scales, lengths, out, out_stride, head_dim, lanes_per_key_log2, scale);
 }
 
 // T: the queries' and the output's type; Kv: the keys' and values' (T, or int8_t with scales).

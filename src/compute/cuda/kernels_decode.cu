@@ -461,17 +461,9 @@ void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
   // Launched as a programmatic dependent of the kernel before it (which lets it start once all
   // of that kernel's blocks run): its blocks load their first weights while that kernel finishes,
   // and wait_for_prerequisite_kernels holds them back from x until it has.
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = static_cast<size_t>(shared_bytes);
-  config.stream = stream;
-  cudaLaunchAttribute early_start;
-  early_start.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  early_start.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &early_start;
-  config.numAttrs = 1;
-  check(cudaLaunchKernelEx(&config, decode_linear_kernel<T, kBatch>, p), "decode_linear launch");
+  launch_in_clusters(decode_linear_kernel<T, kBatch>, dim3(static_cast<unsigned>(blocks)),
+                     dim3(kThreads), static_cast<size_t>(shared_bytes), 1, /*early_start=*/true,
+                     stream, "decode_linear launch", p);
 }
 
 template <class T>

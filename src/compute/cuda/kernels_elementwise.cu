@@ -53,6 +53,7 @@ __global__ void __launch_bounds__(kLayerNormThreads)
     layer_norm_kernel(const T* x, const T* gamma, const T* beta, float eps, int64_t rows,
                       int64_t cols, T* y) {
   __shared__ float scratch[32];
+  allow_dependent_kernels();  // for a product launched as a dependent (gemv_q8_0)
   for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
     const T* in = x + row * cols;
     T* out = y + row * cols;
@@ -95,6 +96,7 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32)
     layer_norm_warp_kernel(const T* x, const T* gamma, const T* beta, float eps, int64_t rows,
                            int64_t cols, T* y) {
   constexpr int kPack = kWidePack<T>;
+  allow_dependent_kernels();  // for a product launched as a dependent (gemv_q8_0)
   const int lane = threadIdx.x % 32;
   const int64_t packs = cols / kPack;
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpRowsPerBlock + threadIdx.x / 32;
@@ -187,6 +189,7 @@ void launch_layer_norm(const T* x, const T* gamma, const T* beta, float eps, int
 
 template <class T, int N>
 __global__ void bias_gelu_kernel(T* x, const T* bias, int64_t rows, int64_t cols) {
+  allow_dependent_kernels();  // for a product launched as a dependent (gemv_q8_0)
   const int64_t packs = cols / N;
   HARK_ROW_LOOP(row, rows) {
     T* line = x + row * cols;
@@ -552,6 +555,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     }
   };
 
+  // Launched as a programmatic dependent (launch_gemv_q8_0, up to 4 rows): the first tiles of W,
+  // which no kernel writes, are copied while the kernel before finishes; x only after it has.
+  allow_dependent_kernels();
   Cursor ahead{slot + static_cast<int64_t>(blockIdx.x) * slots, part};
   Cursor current = ahead;
 #pragma unroll
@@ -559,6 +565,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32)
     issue(ahead, stage);
     advance(ahead);
   }
+  wait_for_prerequisite_kernels();
   clear_sums();
   int stage = 0, parity = 0;
   while (current.group < n_groups) {
@@ -615,13 +622,10 @@ void launch_gemv_q8_0(const T* x, bool x_vector_loads, int batch, int64_t k_in, 
   constexpr int kThreads = kGemvWarps * 32;
   // Measured once per kernel; hark runs on one device.
   static const int64_t resident_blocks = [] {
-    int per_multiprocessor = 0, device = 0, multiprocessors = 0;
+    int per_multiprocessor = 0;
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, kernel, kThreads, 0),
           "gemv_q8_0 occupancy");
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device),
-          "multiprocessor count");
-    return static_cast<int64_t>(std::max(per_multiprocessor, 1)) * multiprocessors;
+    return static_cast<int64_t>(std::max(per_multiprocessor, 1)) * multiprocessor_count();
   }();
   const int64_t n_groups = ceil_div(n_out, kRows);
   const int64_t n_tiles = ceil_div(k_in / kQ8Values, kGemvTileBlocks);
@@ -632,8 +636,12 @@ void launch_gemv_q8_0(const T* x, bool x_vector_loads, int batch, int64_t k_in, 
     split *= 2;
   }
   const int64_t blocks = std::min(ceil_div(n_groups, kGemvWarps / split), resident_blocks);
-  kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, x_vector_loads, batch, k_in, w,
-                                                                 n_out, bias, residual, y, split);
+  // Launched as a programmatic dependent up to 4 rows: large-v3's Q8_0 step went from 2.02 to
+  // 1.82 ms at batch 1 and from 3.07 to 2.92 at 4, but from 7.63 to 7.79 at 16 (bench/RESULTS.md).
+  constexpr bool kEarlyStart = kBatch <= 4;
+  launch_in_clusters(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, 1, kEarlyStart,
+                     stream, "gemv_q8_0", x, x_vector_loads, batch, k_in, w, n_out, bias, residual,
+                     y, split);
 }
 
 template <class T, int kBatch, int kRows>
@@ -876,7 +884,6 @@ void gemv_q8_0(Element e, const void* x, int64_t batch, int64_t k_in, const void
         launch_gemv_q8_0<T, 16, 4>(chunk_bytes, xs, x_vector_loads, count, k_in, weights, n_out,
                                    bias_values, residuals, ys, stream);
       }
-      check_launch("gemv_q8_0");
     }
   });
 }
