@@ -289,6 +289,11 @@ __device__ __forceinline__ float warp_max(float value) {
   return value;
 }
 
+// A barrier for `threads` threads (whole warps) on barrier `id` (1…15; 0 is __syncthreads).
+__device__ __forceinline__ void named_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- Programmatic dependent launch ----------------------------------------------------------
 
 // With programmatic dependent launch, waits for the kernels this one depends on (their writes

@@ -14,7 +14,7 @@
 //  - F16 and BF16 multiply on tensor cores: a chunk is two mma.m16n8k16, x as A (16 batch rows,
 //    zeros past the batch) and W as B (the tile's 8 rows), accumulating in F32. A dot product does
 //    not care in which order k runs, so a lane's 8 consecutive values of W and of x stand for the
-//    k positions its fragments hold (mma_16816 says which): loads need no shuffling.
+//    k positions its fragments hold (the kernel says which): loads need no shuffling.
 //  - F32 multiplies on the CUDA cores (tensor cores would round x and W to TF32), one F32 sum per
 //    batch row a lane, added over the row's 4 lanes at the end.
 //  - Small matrices have too few tiles to keep the GPU busy: `split` warps of a block share a
@@ -31,6 +31,7 @@
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/tensor_core.cuh"
 
 namespace hark::compute::cuda {
 
@@ -116,36 +117,6 @@ __device__ __forceinline__ uint4 pack(const float (&in)[kPack<T>]) {
 template <class T>
 __device__ __forceinline__ uint4 load16(const T* source) {
   return *reinterpret_cast<const uint4*>(source);
-}
-
-// A barrier for `threads` threads (whole warps) on barrier `id` (1…15; 0 is __syncthreads).
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// c += A · B for A 16 × 16 (row-major fragment a0…a3), B 16 × 8 (column-major b0, b1), each
-// register two 16-bit values, the lower k in the low half. Lane l = 4g + t holds A's rows g
-// (a0, a2) and g + 8 (a1, a3) and B's column g, at k 2t, 2t + 1 (a0, a1, b0) and 2t + 8, 2t + 9
-// (a2, a3, b1); c0, c1 are row g, columns 2t, 2t + 1, and c2, c3 row g + 8. Only the pairing of
-// A's and B's k matters to the sum, so a lane may fill "k 2t, 2t + 1" and "k 2t + 8, 2t + 9"
-// with any four values of x and the same four of W.
-template <class T>
-__device__ __forceinline__ void mma_16816(float (&c)[4], unsigned a0, unsigned a1, unsigned a2,
-                                          unsigned a3, unsigned b0, unsigned b1) {
-  if constexpr (std::is_same_v<T, half>) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    static_assert(std::is_same_v<T, bf16>, "tensor cores take F16 or BF16");
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-        "{%8, %9}, {%0, %1, %2, %3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
 }
 
 // ---- Staging x --------------------------------------------------------------------------------
@@ -311,8 +282,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
           hi = load16(x_high + k);
           if (!high_rows) hi = zero;
         }
-        mma_16816<T>(sums, lo.x, hi.x, lo.y, hi.y, w[u].x, w[u].y);
-        mma_16816<T>(sums, lo.z, hi.z, lo.w, hi.w, w[u].z, w[u].w);
+        // mma_16816's A (16 × 16, registers a0…a3) and B (16 × 8, b0, b1) each hold two 16-bit
+        // values a register, the lower k in the low half. Lane l = 4g + t holds A's rows g (a0,
+        // a2) and g + 8 (a1, a3) and B's column g, at k 2t, 2t + 1 (a0, a1, b0) and 2t + 8,
+        // 2t + 9 (a2, a3, b1); sums 0, 1 are row g, columns 2t, 2t + 1, and 2, 3 row g + 8.
+        // Only the pairing of A's and B's k matters to the sum, so a lane may fill "k 2t, 2t + 1"
+        // and "k 2t + 8, 2t + 9" with any four values of x and the same four of W.
+        const uint32_t first[4] = {lo.x, hi.x, lo.y, hi.y}, second[4] = {lo.z, hi.z, lo.w, hi.w};
+        mma_16816<T>(sums, first, w[u].x, w[u].y);
+        mma_16816<T>(sums, second, w[u].z, w[u].w);
       }
     }
     if (split > 1) {

@@ -402,11 +402,6 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// A barrier for `threads` threads (whole warps) on barrier `id` (1…15; 0 is __syncthreads).
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
 // Four int8 quants packed in a word to floats, exactly: each biased byte q + 128 becomes the low
 // mantissa byte of 2^23, and subtracting 2^23 + 128 leaves q.
 __device__ __forceinline__ void quants_to_floats(unsigned word, float* out) {
