@@ -180,15 +180,15 @@ template <class T>
 constexpr int kWidePack = static_cast<int>(16 / sizeof(T));
 // ---- Launch shapes ----------------------------------------------------------------------------
 
-// Launches `kernel` over `grid` in thread-block clusters of `cluster_x` CTAs along x (1: no
-// clusters), `shared_bytes` of dynamic shared memory each; `what` names it in errors. With
+// Launches `kernel` over `grid`, `shared_bytes` of dynamic shared memory a block, in thread-block
+// clusters of `cluster_x` CTAs along x (1: no clusters); `what` names it in errors. With
 // `early_start`, as a programmatic dependent of the kernel before it: its blocks may start once
 // that kernel's have all called allow_dependent_kernels, and must wait_for_prerequisite_kernels
 // before they read what it writes.
 template <class... Parameters, class... Arguments>
-void launch_in_clusters(void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
-                        unsigned cluster_x, bool early_start, cudaStream_t stream, const char* what,
-                        Arguments&&... arguments) {
+void launch_kernel(void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t shared_bytes,
+                   unsigned cluster_x, bool early_start, cudaStream_t stream, const char* what,
+                   Arguments&&... arguments) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;

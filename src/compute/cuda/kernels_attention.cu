@@ -1058,10 +1058,10 @@ void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv
   int splits = 1;
   while (splits < kMaxSplits && batch * heads * splits < kDecodeTargetBlocks) splits *= 2;
 
-  launch_in_clusters(decode_attention_kernel<T, Kv, kVector>, dim3(splits, heads, batch),
-                     dim3(kDecodeThreads), 0, splits, /*early_start=*/true, stream,
-                     "decode attention", q, q_stride, k, v, kv_row_stride, kv_batch_stride,
-                     kv_scales, lengths, out, out_stride, head_dim, lanes_per_key_log2, scale);
+  launch_kernel(decode_attention_kernel<T, Kv, kVector>, dim3(splits, heads, batch),
+                dim3(kDecodeThreads), 0, splits, /*early_start=*/true, stream, "decode attention",
+                q, q_stride, k, v, kv_row_stride, kv_batch_stride, kv_scales, lengths, out,
+                out_stride, head_dim, lanes_per_key_log2, scale);
 }
 
 // T: the queries' and the output's type; Kv: the keys' and values' (T, or int8_t with scales).

@@ -560,12 +560,11 @@ void frame_attention(Element e, const void* queries, int64_t rows, int heads, in
                              "frame_attention shared memory"),
          true);
     (void)configured;
-    launch_in_clusters(frame_attention_kernel<T>, dim3(splits, groups, static_cast<unsigned>(rows)),
-                       dim3(kFrameThreads), static_cast<size_t>(layout.bytes), splits,
-                       /*early_start=*/false, stream, "frame_attention",
-                       static_cast<const T*>(queries), static_cast<const T*>(frames), window_stride,
-                       static_cast<int>(rows_per_window), frame_count, heads, group_heads,
-                       static_cast<int>(width), static_cast<T*>(out));
+    launch_kernel(frame_attention_kernel<T>, dim3(splits, groups, static_cast<unsigned>(rows)),
+                  dim3(kFrameThreads), static_cast<size_t>(layout.bytes), splits,
+                  /*early_start=*/false, stream, "frame_attention", static_cast<const T*>(queries),
+                  static_cast<const T*>(frames), window_stride, static_cast<int>(rows_per_window),
+                  frame_count, heads, group_heads, static_cast<int>(width), static_cast<T*>(out));
   });
 }
 

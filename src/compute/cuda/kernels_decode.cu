@@ -439,9 +439,9 @@ void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
   // Launched as a programmatic dependent of the kernel before it (which lets it start once all
   // of that kernel's blocks run): its blocks load their first weights while that kernel finishes,
   // and wait_for_prerequisite_kernels holds them back from x until it has.
-  launch_in_clusters(decode_linear_kernel<T, kBatch>, dim3(static_cast<unsigned>(blocks)),
-                     dim3(kThreads), static_cast<size_t>(shared_bytes), 1, /*early_start=*/true,
-                     stream, "decode_linear launch", p);
+  launch_kernel(decode_linear_kernel<T, kBatch>, dim3(static_cast<unsigned>(blocks)),
+                dim3(kThreads), static_cast<size_t>(shared_bytes), 1, /*early_start=*/true, stream,
+                "decode_linear launch", p);
 }
 
 template <class T>

@@ -634,9 +634,9 @@ void launch_gemv_q8_0(const T* x, bool x_vector_loads, int batch, int64_t k_in, 
   // Launched as a programmatic dependent up to 4 rows: large-v3's Q8_0 step went from 2.02 to
   // 1.82 ms at batch 1 and from 3.07 to 2.92 at 4, but from 7.63 to 7.79 at 16 (bench/RESULTS.md).
   constexpr bool kEarlyStart = kBatch <= 4;
-  launch_in_clusters(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, 1, kEarlyStart,
-                     stream, "gemv_q8_0", x, x_vector_loads, batch, k_in, w, n_out, bias, residual,
-                     y, split);
+  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, 1, kEarlyStart,
+                stream, "gemv_q8_0", x, x_vector_loads, batch, k_in, w, n_out, bias, residual, y,
+                split);
 }
 
 template <class T, int kBatch, int kRows>
