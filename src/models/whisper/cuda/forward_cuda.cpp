@@ -368,14 +368,14 @@ namespace {
 // The step with each linear layer in one launch together with the norm before it and the bias,
 // GELU, residual and K/V cache writes after it (Pass::step_linear): 8 launches a layer instead
 // of 13, and a step of a few sequences is bound by launches, not by arithmetic. The kernel reads
-// W once per 16 rows, but past 4 sequences cuBLASLt's products are faster on the H200 (large-v3
-// step, fused vs products: 1.73 vs 2.05 ms at batch 1, 2.20 vs 2.25 at 4, 2.68 vs 2.56 at 8,
-// 4.32 vs 3.16 at 16; bench/RESULTS.md), so larger batches and Q8_0 weights take
-// decoder_blocks' products.
+// W once per 16 rows, and up to 8 sequences (its 8-row form) it is the faster one on the H200;
+// from 9 on it multiplies 16 rows and cuBLASLt's products win (large-v3 step, fused vs products:
+// 2.48 vs 2.66 ms at batch 8, 3.73 vs 3.24 at 16; bench/RESULTS.md, tenth session), so larger
+// batches and Q8_0 weights take decoder_blocks' products.
 //
 // The batch up to which the fused step runs: the environment's HARK_CUDA_FUSED_STEP_MAX_BATCH
 // (0: never) lets a benchmark compare the two forms, else kFusedStepMaxBatch.
-constexpr int kFusedStepMaxBatch = 4;
+constexpr int kFusedStepMaxBatch = 8;
 
 int fused_step_max_batch() {
   static const int value = [] {
