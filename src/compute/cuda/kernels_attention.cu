@@ -85,20 +85,10 @@ __device__ __forceinline__ void to_floats(const Chunk8<__nv_bfloat16>& chunk, fl
   halves_to_floats<__nv_bfloat162>(chunk.bits[0], x,
                                    [](__nv_bfloat162 h) { return __bfloat1622float2(h); });
 }
-// INT8 values as they are stored (the caller applies their scale), exactly, without the
-// integer-to-float conversion instruction, which runs at a quarter of the rate of an add and
-// bounded the INT8 decode attention below the HBM's rate: with its sign bit flipped a byte is
-// b + 128 (0…255), which as the low mantissa byte of 2^23 makes the float 2^23 + b + 128 (one
-// byte permute), and one subtraction leaves b.
+// INT8 values as they are stored (the caller applies their scale).
 __device__ __forceinline__ void to_floats(const Chunk8<int8_t>& chunk, float (&x)[8]) {
-  constexpr uint32_t kTwoTo23 = 0x4B000000u;  // its bytes 0-2 are zero
-  const uint32_t words[2] = {chunk.bits.x ^ 0x80808080u, chunk.bits.y ^ 0x80808080u};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    // Byte i % 4 of the word, then bytes 0, 1 and 3 of 2^23 (selectors 4, 5, 7).
-    const uint32_t bits = __byte_perm(words[i / 4], kTwoTo23, 0x7540u | (i % 4));
-    x[i] = __uint_as_float(bits) - 8388736.0f;  // 2^23 + 128
-  }
+  int8x4_to_floats(chunk.bits.x, x);
+  int8x4_to_floats(chunk.bits.y, x + 4);
 }
 
 // ---- flash attention on the tensor cores ------------------------------------------------------

@@ -402,17 +402,6 @@ __device__ __forceinline__ void wait_copies() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
-// Four int8 quants packed in a word to floats, exactly: each biased byte q + 128 becomes the low
-// mantissa byte of 2^23, and subtracting 2^23 + 128 leaves q.
-__device__ __forceinline__ void quants_to_floats(unsigned word, float* out) {
-  const unsigned biased = word ^ 0x80808080u;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    out[i] = __int_as_float(static_cast<int>(__byte_perm(biased, 0x4B000000u, 0x7440u + i))) -
-             8388736.0f;
-  }
-}
-
 // Lane `part`'s eight quants of block j of a tile in shared memory, and the block's scale.
 __device__ __forceinline__ void decode_tile_part(const uint8_t* tile, int j, int part,
                                                  float (&quants)[kGemvQuantsPerLane],
@@ -423,8 +412,8 @@ __device__ __forceinline__ void decode_tile_part(const uint8_t* tile, int j, int
   const unsigned* words = reinterpret_cast<const unsigned*>(tile + (offset & ~3));
   const unsigned w0 = words[0], w1 = words[1], w2 = words[2];
   const unsigned selector = (offset & 2) != 0 ? 0x5432u : 0x3210u;
-  quants_to_floats(__byte_perm(w0, w1, selector), quants);
-  quants_to_floats(__byte_perm(w1, w2, selector), quants + 4);
+  int8x4_to_floats(__byte_perm(w0, w1, selector), quants);
+  int8x4_to_floats(__byte_perm(w1, w2, selector), quants + 4);
 }
 
 // Eight consecutive values of x as floats; vector loads when x allows them.
