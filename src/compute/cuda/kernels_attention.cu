@@ -34,36 +34,43 @@ namespace {
 constexpr int kMaxHeadDim = 128;
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Eight consecutive elements as raw bits (16 or 32 bytes): whole 16-byte vectors when kVector
-// (16-byte aligned), element by element otherwise. Kept raw until used, so that loads for the
-// next keys can be in flight in few registers.
-template <class T>
-struct Chunk8 {
+// kDims consecutive elements as raw bits: 8 of F32, F16 or BF16 (32 or 16 bytes), 8 of INT8
+// (8 bytes) or 16 of INT8 (16 bytes). Loaded as whole vectors when kVector (aligned to them),
+// element by element otherwise; kept raw until used, so that loads for the next keys can be in
+// flight in few registers.
+template <class T, int kDims>
+struct Chunk {
+  static_assert(kDims == 8, "16 values a chunk are for INT8 only");
   uint4 bits[sizeof(T) / 2];
 };
 template <>
-struct Chunk8<int8_t> {  // INT8 keys and values: 8 bytes, one load when 8-byte aligned
+struct Chunk<int8_t, 8> {
   uint2 bits;
 };
+template <>
+struct Chunk<int8_t, 16> {
+  uint4 bits;
+};
 
-template <bool kVector, class T>
-__device__ __forceinline__ Chunk8<T> load_chunk(const T* p) {
-  Chunk8<T> chunk;
+template <bool kVector, int kDims, class T>
+__device__ __forceinline__ Chunk<T, kDims> load_chunk(const T* p) {
+  Chunk<T, kDims> chunk;
   if constexpr (kVector && sizeof(T) == 1) {
-    chunk.bits = *reinterpret_cast<const uint2*>(p);
+    using Vector = decltype(chunk.bits);
+    chunk.bits = *reinterpret_cast<const Vector*>(p);
   } else if constexpr (kVector) {
 #pragma unroll
     for (size_t i = 0; i < sizeof(T) / 2; ++i) chunk.bits[i] = reinterpret_cast<const uint4*>(p)[i];
   } else {
-    T elements[8];
+    T elements[kDims];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) elements[i] = p[i];
+    for (int i = 0; i < kDims; ++i) elements[i] = p[i];
     memcpy(&chunk, elements, sizeof chunk);
   }
   return chunk;
 }
 
-__device__ __forceinline__ void to_floats(const Chunk8<float>& chunk, float (&x)[8]) {
+__device__ __forceinline__ void to_floats(const Chunk<float, 8>& chunk, float (&x)[8]) {
   memcpy(x, &chunk, sizeof x);
 }
 template <class Half2, class Convert>
@@ -78,17 +85,23 @@ __device__ __forceinline__ void halves_to_floats(const uint4& bits, float (&x)[8
     x[2 * i + 1] = f.y;
   }
 }
-__device__ __forceinline__ void to_floats(const Chunk8<__half>& chunk, float (&x)[8]) {
+__device__ __forceinline__ void to_floats(const Chunk<__half, 8>& chunk, float (&x)[8]) {
   halves_to_floats<__half2>(chunk.bits[0], x, [](__half2 h) { return __half22float2(h); });
 }
-__device__ __forceinline__ void to_floats(const Chunk8<__nv_bfloat16>& chunk, float (&x)[8]) {
+__device__ __forceinline__ void to_floats(const Chunk<__nv_bfloat16, 8>& chunk, float (&x)[8]) {
   halves_to_floats<__nv_bfloat162>(chunk.bits[0], x,
                                    [](__nv_bfloat162 h) { return __bfloat1622float2(h); });
 }
 // INT8 values as they are stored (the caller applies their scale).
-__device__ __forceinline__ void to_floats(const Chunk8<int8_t>& chunk, float (&x)[8]) {
+__device__ __forceinline__ void to_floats(const Chunk<int8_t, 8>& chunk, float (&x)[8]) {
   int8x4_to_floats(chunk.bits.x, x);
   int8x4_to_floats(chunk.bits.y, x + 4);
+}
+__device__ __forceinline__ void to_floats(const Chunk<int8_t, 16>& chunk, float (&x)[16]) {
+  int8x4_to_floats(chunk.bits.x, x);
+  int8x4_to_floats(chunk.bits.y, x + 4);
+  int8x4_to_floats(chunk.bits.z, x + 8);
+  int8x4_to_floats(chunk.bits.w, x + 12);
 }
 
 // ---- flash attention on the tensor cores ------------------------------------------------------
@@ -668,9 +681,10 @@ __global__ void __launch_bounds__(kGenericWarps * 32)
 // 1500 cross-attention keys per sequence at about 3 TB/s from batch 4 up, and a batch-1 step of
 // 20 heads in about 6 µs; more splits cost more at short lengths than they gain at long ones.
 //
-// INT8 keys and values (Kv = int8_t) take the same path with 8-byte loads and twice the keys per
-// round, each key's and value's scale loaded along with it: the scale multiplies the key's partial
-// dot product and the value's softmax weight, so the dims themselves are only converted.
+// INT8 keys and values (Kv = int8_t) take the same path, 16 values a lane in 16-byte loads (half
+// the lanes a key; 8 values in 8-byte loads where rows are not 16-byte aligned), each key's and
+// value's scale loaded along with it: the scale multiplies the key's partial dot product and the
+// value's softmax weight, so the dims themselves are only converted.
 
 constexpr int kDecodeWarps = 4;
 constexpr int kDecodeThreads = kDecodeWarps * 32;
@@ -699,8 +713,10 @@ struct KvScales {
   int64_t row_stride = 0, batch_stride = 0;
 };
 
-template <class T, class Kv, bool kVector>
-__global__ void __launch_bounds__(kDecodeThreads)
+// INT8's 16 values a lane would take 168 registers, 3 CTAs an SM; held to 4 CTAs they fit in 128
+// without spilling. Other types keep the compiler's own choice (0: no minimum).
+template <class T, class Kv, bool kVector, int kDims>
+__global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4 : 0)
     decode_attention_kernel(const T* __restrict__ q, int64_t q_stride, const Kv* __restrict__ k,
                             const Kv* __restrict__ v, int64_t kv_row_stride,
                             int64_t kv_batch_stride, KvScales kv_scales,
@@ -728,7 +744,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const int slots_per_warp = 32 >> lanes_per_key_log2;
   const int slots = kDecodeWarps * slots_per_warp;
   const int part = lane & (lanes_per_key - 1), slot = lane >> lanes_per_key_log2;
-  const int first_dim = part * 8;
+  const int first_dim = part * kDims;
   const bool active = first_dim < head_dim;
 
   q += sequence * q_stride + head * head_dim + first_dim;
@@ -739,31 +755,32 @@ __global__ void __launch_bounds__(kDecodeThreads)
   const float* const v_scales =
       kv_scales.v + (kInt8 ? sequence * kv_scales.batch_stride + head : 0);
 
-  float query[8];
+  float query[kDims];
 #pragma unroll
-  for (int i = 0; i < 8; ++i) query[i] = active ? to_float(q[i]) * scale : 0.0f;
+  for (int i = 0; i < kDims; ++i) query[i] = active ? to_float(q[i]) * scale : 0.0f;
 
   // Slot s of warp w takes keys begin + w·slots_per_warp + s + u·slots + t·stride. The loop is
   // warp-uniform (the lane-group sums shuffle across the whole warp), and the keys of the next
   // round are loaded before this round's are used.
   // 64 bytes of K and 64 of V in flight per lane and round.
-  constexpr int kUnroll = 64 / sizeof(Chunk8<Kv>);
+  constexpr int kUnroll = 64 / sizeof(Chunk<Kv, kDims>);
   const int stride = slots * kUnroll;
   const int warp_begin = begin + warp * slots_per_warp;
-  Chunk8<Kv> keys[kUnroll] = {}, values[kUnroll] = {}, next_keys[kUnroll] = {},
-             next_values[kUnroll] = {};  // zeros stay in lanes without dims
+  Chunk<Kv, kDims> keys[kUnroll] = {}, values[kUnroll] = {}, next_keys[kUnroll] = {},
+                   next_values[kUnroll] = {};  // zeros stay in lanes without dims
   // INT8 only: the scales of those keys and values.
   float key_scales[kUnroll] = {}, value_scales[kUnroll] = {}, next_key_scales[kUnroll] = {},
         next_value_scales[kUnroll] = {};
-  const auto load_round = [&](int first, Chunk8<Kv>(&round_keys)[kUnroll],
-                              Chunk8<Kv>(&round_values)[kUnroll], float(&round_key_scales)[kUnroll],
+  const auto load_round = [&](int first, Chunk<Kv, kDims>(&round_keys)[kUnroll],
+                              Chunk<Kv, kDims>(&round_values)[kUnroll],
+                              float(&round_key_scales)[kUnroll],
                               float(&round_value_scales)[kUnroll]) {
     if (!active || first >= end) return;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int key = min(first + slot + u * slots, end - 1);  // past the end: weight 0 below
-      round_keys[u] = load_chunk<kVector>(k + key * kv_row_stride);
-      round_values[u] = load_chunk<kVector>(v + key * kv_row_stride);
+      round_keys[u] = load_chunk<kVector, kDims>(k + key * kv_row_stride);
+      round_values[u] = load_chunk<kVector, kDims>(v + key * kv_row_stride);
       if constexpr (kInt8) {
         round_key_scales[u] = k_scales[key * kv_scales.row_stride];
         round_value_scales[u] = v_scales[key * kv_scales.row_stride];
@@ -772,18 +789,18 @@ __global__ void __launch_bounds__(kDecodeThreads)
   };
   load_round(warp_begin, keys, values, key_scales, value_scales);
 
-  float m = -INFINITY, l = 0.0f, acc[8] = {};
+  float m = -INFINITY, l = 0.0f, acc[kDims] = {};
   for (int first = warp_begin; first < end; first += stride) {
     load_round(first + stride, next_keys, next_values, next_key_scales, next_value_scales);
     float scores[kUnroll];
     float round_max = -INFINITY;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      float key[8];
+      float key[kDims];
       to_floats(keys[u], key);
       float s = 0.0f;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) s += query[i] * key[i];
+      for (int i = 0; i < kDims; ++i) s += query[i] * key[i];
       if constexpr (kInt8) s *= key_scales[u];
       for (int offset = 1; offset < lanes_per_key; offset <<= 1) {
         s += __shfl_xor_sync(0xffffffffu, s, offset);
@@ -797,16 +814,16 @@ __global__ void __launch_bounds__(kDecodeThreads)
     m = new_max;
     l *= rescale;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] *= rescale;
+    for (int i = 0; i < kDims; ++i) acc[i] *= rescale;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const float p = expf(scores[u] - reference);
-      float value[8];
+      float value[kDims];
       to_floats(values[u], value);
       l += p;
       const float weight = kInt8 ? p * value_scales[u] : p;
 #pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += weight * value[i];
+      for (int i = 0; i < kDims; ++i) acc[i] += weight * value[i];
       keys[u] = next_keys[u];
       values[u] = next_values[u];
       if constexpr (kInt8) {
@@ -818,9 +835,9 @@ __global__ void __launch_bounds__(kDecodeThreads)
 
   // Lane groups of a warp: lanes with the same `part` hold the same dims.
   for (int offset = lanes_per_key; offset < 32; offset <<= 1) {
-    float other_acc[8];
+    float other_acc[kDims];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) other_acc[i] = __shfl_xor_sync(0xffffffffu, acc[i], offset);
+    for (int i = 0; i < kDims; ++i) other_acc[i] = __shfl_xor_sync(0xffffffffu, acc[i], offset);
     const float other_m = __shfl_xor_sync(0xffffffffu, m, offset);
     const float other_l = __shfl_xor_sync(0xffffffffu, l, offset);
     merge_softmax(m, l, acc, other_m, other_l, other_acc);
@@ -829,7 +846,7 @@ __global__ void __launch_bounds__(kDecodeThreads)
     if (lane == 0) warp_max_values[warp] = m, warp_sums[warp] = l;
     if (active) {
 #pragma unroll
-      for (int i = 0; i < 8; ++i) warp_outputs[warp][first_dim + i] = acc[i];
+      for (int i = 0; i < kDims; ++i) warp_outputs[warp][first_dim + i] = acc[i];
     }
   }
   __syncthreads();
@@ -1044,19 +1061,19 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
   launch_generic_attention<T>(a, stream);
 }
 
-template <class T, class Kv, bool kVector>
+template <class T, class Kv, bool kVector, int kDims>
 void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv* v,
                              int64_t kv_row_stride, int64_t kv_batch_stride,
                              const KvScales& kv_scales, const int32_t* lengths, T* out,
                              int64_t out_stride, int batch, int heads, int head_dim, float scale,
                              cudaStream_t stream) {
   int lanes_per_key_log2 = 0;
-  while ((8 << lanes_per_key_log2) < head_dim) ++lanes_per_key_log2;
+  while ((kDims << lanes_per_key_log2) < head_dim) ++lanes_per_key_log2;
   // Split keys only while (sequence, head) pairs alone leave the GPU idle.
   int splits = 1;
   while (splits < kMaxSplits && batch * heads * splits < kDecodeTargetBlocks) splits *= 2;
 
-  launch_kernel(decode_attention_kernel<T, Kv, kVector>, dim3(splits, heads, batch),
+  launch_kernel(decode_attention_kernel<T, Kv, kVector, kDims>, dim3(splits, heads, batch),
                 dim3(kDecodeThreads), 0, splits, /*early_start=*/true, stream, "decode attention",
                 q, q_stride, k, v, kv_row_stride, kv_batch_stride, kv_scales, lengths, out,
                 out_stride, head_dim, lanes_per_key_log2, scale);
@@ -1069,23 +1086,28 @@ void dispatch_decode_attention(const void* q, int64_t q_stride, const void* k, c
                                const KvScales& kv_scales, const int32_t* lengths, void* out,
                                int64_t out_stride, int batch, int heads, int head_dim, float scale,
                                cudaStream_t stream) {
-  // Whole-chunk loads: 16 bytes (8 bytes for INT8, whose chunk of 8 values is that long).
-  constexpr size_t vector_bytes = std::is_same_v<Kv, int8_t> ? 8 : 16;
-  constexpr int64_t per_vector = vector_bytes / sizeof(Kv);
-  const bool vector = aligned(k, vector_bytes) && aligned(v, vector_bytes) &&
-                      kv_row_stride % per_vector == 0 && kv_batch_stride % per_vector == 0 &&
-                      head_dim % per_vector == 0;
-  auto launch = [&](auto kernel_vector) {
-    launch_decode_attention<T, Kv, decltype(kernel_vector)::value>(
+  // Whether keys and values move in whole vectors of `bytes` (whole chunks of values a lane).
+  const auto vectors_of = [&](size_t bytes) {
+    const int64_t values = static_cast<int64_t>(bytes / sizeof(Kv));
+    return aligned(k, bytes) && aligned(v, bytes) && kv_row_stride % values == 0 &&
+           kv_batch_stride % values == 0 && head_dim % values == 0;
+  };
+  auto launch = [&](auto kernel_vector, auto dims) {
+    launch_decode_attention<T, Kv, decltype(kernel_vector)::value, decltype(dims)::value>(
         static_cast<const T*>(q), q_stride, static_cast<const Kv*>(k), static_cast<const Kv*>(v),
         kv_row_stride, kv_batch_stride, kv_scales, lengths, static_cast<T*>(out), out_stride, batch,
         heads, head_dim, scale, stream);
   };
-  if (vector) {
-    launch(std::true_type{});
+  using Eight = std::integral_constant<int, 8>;
+  if constexpr (std::is_same_v<Kv, int8_t>) {
+    // INT8: 16 values a lane in 16-byte loads where they fit (half the load instructions of 8),
+    // else 8 in 8-byte loads.
+    if (vectors_of(16)) return launch(std::true_type{}, std::integral_constant<int, 16>{});
+    if (vectors_of(8)) return launch(std::true_type{}, Eight{});
   } else {
-    launch(std::false_type{});
+    if (vectors_of(16)) return launch(std::true_type{}, Eight{});
   }
+  launch(std::false_type{}, Eight{});
 }
 
 template <class Unit>
