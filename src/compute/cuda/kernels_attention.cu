@@ -93,15 +93,12 @@ __device__ __forceinline__ void to_floats(const Chunk<__nv_bfloat16, 8>& chunk, 
                                    [](__nv_bfloat162 h) { return __bfloat1622float2(h); });
 }
 // INT8 values as they are stored (the caller applies their scale).
-__device__ __forceinline__ void to_floats(const Chunk<int8_t, 8>& chunk, float (&x)[8]) {
-  int8x4_to_floats(chunk.bits.x, x);
-  int8x4_to_floats(chunk.bits.y, x + 4);
-}
-__device__ __forceinline__ void to_floats(const Chunk<int8_t, 16>& chunk, float (&x)[16]) {
-  int8x4_to_floats(chunk.bits.x, x);
-  int8x4_to_floats(chunk.bits.y, x + 4);
-  int8x4_to_floats(chunk.bits.z, x + 8);
-  int8x4_to_floats(chunk.bits.w, x + 12);
+template <int kDims>
+__device__ __forceinline__ void to_floats(const Chunk<int8_t, kDims>& chunk, float (&x)[kDims]) {
+  uint32_t words[kDims / 4];
+  memcpy(words, &chunk.bits, sizeof words);
+#pragma unroll
+  for (int i = 0; i < kDims / 4; ++i) int8x4_to_floats(words[i], x + 4 * i);
 }
 
 // ---- flash attention on the tensor cores ------------------------------------------------------

@@ -367,7 +367,8 @@ namespace {
 
 // The step with each linear layer in one launch together with the norm before it and the bias,
 // GELU, residual and K/V cache writes after it (Pass::step_linear): 8 launches a layer instead
-// of 13, and a step of a few sequences is bound by launches, not by arithmetic. The kernel reads
+// of 13. A step of a few sequences is bound by each launch's chain of dependent loads (x, the
+// norm, the bias and residual), not by arithmetic or the weights' bytes. The kernel reads
 // W once per 16 rows, and up to 8 sequences (its 8-row form) it is the faster one on the H200;
 // from 9 on it multiplies 16 rows and cuBLASLt's products win (large-v3 step, fused vs products:
 // 2.48 vs 2.66 ms at batch 8, 3.73 vs 3.24 at 16; bench/RESULTS.md, tenth session), so larger
