@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -168,10 +169,25 @@ void check_attention_all_types(const AttentionCase& c) {
   for (Element e : kElements) check_attention(e, c);
 }
 
+// Runs `check` with the Hopper attention kernel wherever it runs (HARK_CUDA_SM90_ATTENTION=1;
+// by default it takes only calls with enough work) and with it turned off (0: the mma.sync
+// kernel, which other GPUs and padded batches run).
+template <class Check>
+void with_and_without_sm90(Check check) {
+  for (const char* setting : {"1", "0"}) {
+    SCOPED_TRACE(std::string("HARK_CUDA_SM90_ATTENTION=") + setting);
+    setenv("HARK_CUDA_SM90_ATTENTION", setting, 1);
+    check();
+  }
+  unsetenv("HARK_CUDA_SM90_ATTENTION");
+}
+
 TEST(AttentionCuda, LongSequencesNonCausal) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
-  for (int head_dim : {64, 16}) check_attention_all_types({2, 2, head_dim, 1500, 1500});
+  with_and_without_sm90([] {
+    for (int head_dim : {64, 16}) check_attention_all_types({2, 2, head_dim, 1500, 1500});
+  });
 }
 
 TEST(AttentionCuda, CausalSquare) {
@@ -214,6 +230,20 @@ TEST(AttentionCuda, SharedKeysAndValues) {
   require_device();
   check_attention_all_types({3, 2, 64, 20, 77, false, false, true});
   check_attention_all_types({3, 2, 16, 3, 77, false, false, true});
+}
+
+// On Hopper, head_dim 64 without a mask runs flash_attention_sm90: persistent CTAs that take
+// several (query block, head, sequence) items each, through two query buffers and a ring of key
+// and value stages. Enough items that every CTA takes at least two (6 × 20 × 3 = 360 for 132
+// SMs), more key tiles than stages, a single query, and rows wider than the heads.
+TEST(AttentionCuda, ManyItemsAndLongKeys) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  with_and_without_sm90([] {
+    check_attention_all_types({3, 20, 64, 700, 700, false, true});
+    check_attention_all_types({1, 1, 64, 1, 3000});
+    check_attention_all_types({2, 2, 64, 100, 260, false, false, false, 8});
+  });
 }
 
 TEST(AttentionCuda, HeadDim128) {

@@ -19,18 +19,18 @@
 // call, `hark bench --device cuda --products`).
 #include "compute/cuda/gemm_sm90.h"
 
-#include <cuda.h>
-#include <cudaTypedefs.h>
-
 #include <algorithm>
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
+#include "compute/cuda/hopper.cuh"
 
 namespace hark::compute::cuda {
 
 namespace {
+
+using namespace hopper;
 
 constexpr int kTileRows = 128;  // a consumer's tile: two wgmma of 64 rows
 constexpr int kTileCols = 128;
@@ -55,165 +55,6 @@ static_assert(kSharedBytes <= 227 * 1024);
 // accumulators each (40 · 128 + 232 · 256 ≤ 65,536 registers of an SM).
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-__device__ __forceinline__ uint32_t shared_address(const void* pointer) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(pointer));
-}
-
-// ---- mbarriers ----
-
-__device__ __forceinline__ void barrier_init(uint64_t* barrier, int arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(barrier)),
-               "r"(arrivals));
-}
-
-__device__ __forceinline__ void barrier_expect_bytes(uint64_t* barrier, uint32_t bytes) {
-  asm volatile(
-      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(barrier)),
-      "r"(bytes)
-      : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint64_t* barrier) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(barrier))
-               : "memory");
-}
-
-// Waits until the phase of the given parity has completed (a fresh barrier is in phase 0, so
-// waiting on parity 1 returns at once: the producer's first pass over the empty stages).
-__device__ __forceinline__ void barrier_wait(uint64_t* barrier, uint32_t parity) {
-  asm volatile(
-      "{\n"
-      ".reg .pred done;\n"
-      "retry:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra retry;\n"
-      "}\n" ::"r"(shared_address(barrier)),
-      "r"(parity)
-      : "memory");
-}
-
-// ---- TMA ----
-
-// The box at (inner, outer) of the tensor `map` describes into shared memory at `target`; the
-// barrier counts its bytes as they land. Rows past the tensor's end arrive as zeros.
-__device__ __forceinline__ void tma_load(void* target, const CUtensorMap* map, uint64_t* barrier,
-                                         int inner, int outer) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-      " [%0], [%1, {%3, %4}], [%2];" ::"r"(shared_address(target)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(shared_address(barrier)), "r"(inner), "r"(outer)
-      : "memory");
-}
-
-// The box at `source` to (inner, outer) of the tensor `map` describes; the parts of the box past
-// the tensor's end are not written. Stores of one thread complete in groups (commit, wait).
-__device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* source, int inner,
-                                          int outer) {
-  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(shared_address(source)), "r"(inner), "r"(outer)
-               : "memory");
-}
-__device__ __forceinline__ void tma_store_commit() {
-  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
-}
-// Waits until at most kPending committed groups of this thread's stores still read shared memory.
-template <int kPending>
-__device__ __forceinline__ void tma_store_wait_read() {
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
-}
-// Makes this thread's writes to shared memory visible to TMA (the async proxy).
-__device__ __forceinline__ void fence_shared_for_tma() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-// A barrier for the 128 threads of one warpgroup (id 0 is __syncthreads').
-__device__ __forceinline__ void warpgroup_sync(int id) {
-  asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
-}
-
-// ---- wgmma ----
-
-// The shared-memory operand descriptor of a K-major tile in the 128-byte swizzle: start address,
-// leading byte offset (unused by this layout; 16), stride byte offset 1024 (eight 128-byte rows,
-// the swizzle's period), layout type 1 (128-byte swizzle). Addresses are in 16-byte units.
-__device__ __forceinline__ uint64_t operand_descriptor(const void* tile) {
-  const uint64_t address = shared_address(tile);
-  return ((address & 0x3FFFF) >> 4) | (uint64_t{16 >> 4} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
-
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-template <int kPending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
-}
-
-// Keeps the compiler from moving reads or writes of the accumulators across the asynchronous
-// products that own them.
-__device__ __forceinline__ void fence_accumulators(float (&d)[2][64]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[h][i])::"memory");
-  }
-}
-
-#define HARK_WGMMA_ACCUMULATORS                                                      \
-  "{"                                                                                \
-  "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
-  "%18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, " \
-  "%34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, " \
-  "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"             \
-  "}"
-
-#define HARK_WGMMA_OUTPUTS(d)                                                                     \
-  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
-      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
-      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
-      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
-      "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]),  \
-      "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]),  \
-      "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]),  \
-      "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),  \
-      "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-
-// d (+)= a · bᵀ for a 64 × 16 tile of x and a 128 × 16 tile of w (descriptors); scale_d 0
-// overwrites d. Thread t of the warpgroup holds d[4j + 2i + c] at row 16·(t / 32) + (t % 32) / 4
-// + 8i, column 8j + 2·(t % 4) + c.
-template <class T>
-__device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], uint64_t a, uint64_t b,
-                                                int scale_d) {
-  // The same instruction for both types but for their names.
-#define HARK_WGMMA(type)                                                                       \
-  asm volatile(                                                                                \
-      "{\n"                                                                                    \
-      ".reg .pred accumulate;\n"                                                               \
-      "setp.ne.b32 accumulate, %66, 0;\n"                                                      \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." type "." type " " HARK_WGMMA_ACCUMULATORS \
-      ", %64, %65, accumulate, 1, 1, 0, 0;\n"                                                  \
-      "}\n"                                                                                    \
-      : HARK_WGMMA_OUTPUTS(d)                                                                  \
-      : "l"(a), "l"(b), "r"(scale_d))
-  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-    HARK_WGMMA("bf16");
-  } else {
-    HARK_WGMMA("f16");
-  }
-#undef HARK_WGMMA
-}
-
-#undef HARK_WGMMA_ACCUMULATORS
-#undef HARK_WGMMA_OUTPUTS
-
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // The epilogue's time is time the tensor cores wait, and its activation runs on the special
 // function unit (16 results per cycle and SM): SiLU as x · (1 + tanh(x / 2)) / 2, one
@@ -267,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     barrier_init(&turn[0], 1);
     barrier_init(&turn[1], 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    barrier_init_fence();
   }
   __syncthreads();
 
@@ -326,7 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       const uint8_t* x_tile = x_stages + stage * kStageXBytes;
       const uint64_t a0 = operand_descriptor(x_tile), a1 = operand_descriptor(x_tile + 64 * 128);
       const uint64_t b = operand_descriptor(w_stages + stage * kStageWBytes);
-      fence_accumulators(d);
+      fence_registers(d[0]);
+      fence_registers(d[1]);
       wgmma_fence();
 #pragma unroll
       for (int slice = 0; slice < kTileDepth / 16; ++slice) {
@@ -337,7 +179,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         wgmma_64x128x16<T>(d[1], a1 + 2 * slice, b + 2 * slice, accumulate);
       }
       wgmma_commit();
-      fence_accumulators(d);
+      fence_registers(d[0]);
+      fence_registers(d[1]);
       wgmma_wait<1>();
       // wgmma.wait_group is collective over the warpgroup: after it, the whole warpgroup's
       // products of the previous stage are done, and one arrival speaks for all 128 threads.
@@ -348,7 +191,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     // turn.
     if (thread == 0) barrier_arrive(&turn[1 - consumer]);
     wgmma_wait<0>();
-    fence_accumulators(d);
+    fence_registers(d[0]);
+    fence_registers(d[1]);
     if (previous >= 0 && thread == 0) barrier_arrive(&empty[previous]);
 
     // Epilogue: bias, activation, one rounding, then the tile goes out as four boxes of 64 × 64
@@ -396,62 +240,15 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- Host side ----
 
-PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
-  static PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
-    void* function = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &function, 12000,
-                                           cudaEnableDefault, &found),
-          "cuTensorMapEncodeTiled");
-    if (found != cudaDriverEntryPointSuccess || function == nullptr) {
-      fail("CUDA: the driver has no cuTensorMapEncodeTiled");
-    }
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(function);
-  }();
-  return encode;
-}
-
 // A row-major [rows, cols] matrix of 16-bit values in boxes of box_rows × 64 (128 bytes, the
 // swizzle's row), in the 128-byte swizzle; loads read rows past the end as zeros, stores leave
 // them alone.
 CUtensorMap tile_map(Element e, const void* matrix, int64_t rows, int64_t cols, int box_rows) {
-  CUtensorMap map{};
-  const cuuint64_t size[2] = {static_cast<cuuint64_t>(cols), static_cast<cuuint64_t>(rows)};
-  const cuuint64_t stride[1] = {static_cast<cuuint64_t>(cols) * 2};
   static_assert(kTileDepth == kBoxCols, "one box width for loads and stores");
-  const cuuint32_t box[2] = {kTileDepth, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_stride[2] = {1, 1};
-  const CUresult status = tensor_map_encoder()(
-      &map, e == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      2, const_cast<void*>(matrix), size, stride, box, element_stride,
-      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (status != CUDA_SUCCESS) fail("CUDA: cuTensorMapEncodeTiled failed (", status, ")");
-  return map;
-}
-
-// Compute capability 9.0 (the only one sm_90a code runs on) and the SM count, of the current
-// device, asked once.
-struct Hopper {
-  bool present = false;
-  int multiprocessors = 0;
-};
-const Hopper& hopper() {
-  static const Hopper found = [] {
-    Hopper h;
-    int device = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&h.multiprocessors, cudaDevAttrMultiProcessorCount, device) !=
-            cudaSuccess) {
-      cudaGetLastError();
-      return h;
-    }
-    h.present = major == 9 && minor == 0;
-    return h;
-  }();
-  return found;
+  const uint64_t sizes[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
+  const uint32_t box[2] = {kTileDepth, static_cast<uint32_t>(box_rows)};
+  return hopper::swizzled_map(e, matrix, 2, sizes, strides, box);
 }
 
 template <class T, Activation kAct>
@@ -466,7 +263,8 @@ void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const
   const CUtensorMap w_map = tile_map(e, w, n, k, kTileCols);
   const CUtensorMap y_map = tile_map(e, y, m, n, 64);
   const int64_t tiles = (m + kTileRows - 1) / kTileRows * (n / kTileCols);
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, hopper().multiprocessors));
+  const auto blocks =
+      static_cast<unsigned>(std::min<int64_t>(tiles, hopper::device().multiprocessors));
   activation_linear_kernel<T, kAct><<<blocks, kThreads, kSharedBytes, stream>>>(
       x_map, w_map, y_map, static_cast<const T*>(bias), static_cast<int>(m), static_cast<int>(n),
       static_cast<int>(k));
@@ -477,10 +275,10 @@ void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const
 
 bool activation_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const void* x,
                             const void* w, const void* bias, const void* y) {
-  return hopper().present && e != Element::f32 && m >= 1 && m <= INT32_MAX && n % kTileCols == 0 &&
-         n <= INT32_MAX && k % kTileDepth == 0 && k >= kTileDepth && k <= INT32_MAX &&
-         m * n <= INT64_MAX / 2 && aligned(x, 16) && aligned(w, 16) && aligned(y, 16) &&
-         (bias == nullptr || aligned(bias, 16));
+  return hopper::device().present && e != Element::f32 && m >= 1 && m <= INT32_MAX &&
+         n % kTileCols == 0 && n <= INT32_MAX && k % kTileDepth == 0 && k >= kTileDepth &&
+         k <= INT32_MAX && m * n <= INT64_MAX / 2 && aligned(x, 16) && aligned(w, 16) &&
+         aligned(y, 16) && (bias == nullptr || aligned(bias, 16));
 }
 
 void activation_linear(Element e, const void* x, int64_t m, int64_t k, const void* w, int64_t n,

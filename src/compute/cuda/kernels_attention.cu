@@ -2,8 +2,10 @@
 // steps, over keys and values of the element type or INT8), the K/V cache append, and the INT8
 // quantisation of keys and values and its inverse.
 //
-// `attention` takes one of two paths. F16/BF16 with head_dim 64 or 128 and 16-byte aligned rows
-// (every real Whisper layer) runs a flash-attention-2 style kernel on the tensor cores
+// `attention` takes one of three paths. On Hopper, F16/BF16 with head_dim 64, no mask and at
+// least 128 queries (Whisper's encoder) runs flash_attention_sm90 (attention_sm90.h, wgmma).
+// Otherwise, F16/BF16 with head_dim 64 or 128 and 16-byte aligned rows (every real Whisper
+// layer) runs a flash-attention-2 style kernel on the tensor cores
 // (mma.sync m16n8k16, F32 accumulators, online softmax in F32). Everything else (F32, other head
 // dims, odd strides) runs a plain F32 kernel that tiles keys through shared memory: slower, but it
 // computes in F32 throughout, so F32 results stay within rounding of a double reference.
@@ -18,10 +20,12 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
 #include "base/error.h"
+#include "compute/cuda/attention_sm90.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
@@ -147,13 +151,6 @@ struct FlashShape {
       size_t{kFlashRows + 4 * kFlashKeys + (kRelative ? kRingRows : 0)} * kStride * 2 +
       (kRelative ? size_t{kFlashRows} * kBandStride * sizeof(float) : 0);
 };
-
-// 2^x on the special function unit; tiny results flush to zero, which P in F16/BF16 cannot hold.
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
 
 // The projected position table (RelativePositions) as the kernel reads it.
 template <class T>
@@ -948,17 +945,8 @@ __global__ void append_kv_kernel(const Unit* __restrict__ new_k, const Unit* __r
 
 // ---- launchers --------------------------------------------------------------------------------
 
-struct AttentionArguments {
-  const void* q;
-  int64_t q_row_stride, q_batch_stride;
-  const void* k;
-  const void* v;
-  int64_t kv_row_stride, kv_batch_stride;
-  void* out;
-  int64_t out_row_stride, out_batch_stride;
-  int batch, heads, head_dim, q_len, kv_len;
-  float scale;
-  bool causal;
+// `attention`'s operands, and padded_attention's.
+struct AttentionArguments : DenseAttention {
   const int32_t* lengths = nullptr;             // padded_attention's
   const int32_t* starts = nullptr;              // padded_attention's, packed
   const RelativePositions* relative = nullptr;  // padded_attention's
@@ -1124,6 +1112,17 @@ void launch_append_kv(const void* new_k, const void* new_v, int64_t new_row_stri
   check_launch("append_kv");
 }
 
+// Whether `attention` takes the Hopper kernel: where it runs and has enough work
+// (flash_attention_sm90_preferred), unless the environment's HARK_CUDA_SM90_ATTENTION says 0
+// (never: to compare with the mma.sync kernel) or 1 (wherever it runs). Read at every call, so
+// that a test can run each way in one process.
+bool use_sm90_attention(Element e, const DenseAttention& a) {
+  const char* value = std::getenv("HARK_CUDA_SM90_ATTENTION");
+  if (value != nullptr && std::strcmp(value, "0") == 0) return false;
+  if (value != nullptr && std::strcmp(value, "1") == 0) return flash_attention_sm90_runs(e, a);
+  return flash_attention_sm90_preferred(e, a);
+}
+
 }  // namespace
 
 void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_stride,
@@ -1135,6 +1134,8 @@ void attention(Element e, const void* q, int64_t q_row_stride, int64_t q_batch_s
   const AttentionArguments arguments = attention_arguments(
       q, q_row_stride, q_batch_stride, k, v, kv_row_stride, kv_batch_stride, out, out_row_stride,
       out_batch_stride, batch, heads, head_dim, q_len, kv_len, scale, causal);
+  // Whisper's encoder (head_dim 64, no mask) on Hopper: its own kernel, on wgmma.
+  if (use_sm90_attention(e, arguments)) return flash_attention_sm90(e, arguments, stream);
   with_type(e, [&](auto zero) { launch_attention<decltype(zero)>(arguments, stream); });
 }
 

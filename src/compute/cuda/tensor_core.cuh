@@ -1,6 +1,6 @@
 // Primitives shared by the tensor-core kernels (sm_80+): cp.async copies into shared memory,
 // ldmatrix loads of mma fragments, the m16n8k16 product with F32 accumulators, and the reference
-// point of an online softmax.
+// point and the exponential of an online softmax.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -14,6 +14,13 @@ namespace hark::compute::cuda {
 // has been seen (m = −inf), so that exp(−inf − ref) is 0 rather than NaN.
 __device__ __forceinline__ float exp_reference(float m) {
   return m == -INFINITY ? 0.0f : m;
+}
+
+// 2^x on the special function unit; tiny results flush to zero, which P in F16/BF16 cannot hold.
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
