@@ -211,25 +211,31 @@ TEST(AttentionCuda, DecoderPromptCausal) {
 TEST(AttentionCuda, SeveralTilesWithTails) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
-  check_attention_all_types({1, 2, 64, 130, 200});
-  check_attention_all_types({1, 2, 64, 150, 200, true});
-  check_attention_all_types({1, 2, 16, 40, 70, true});
+  with_and_without_sm90([] {
+    check_attention_all_types({1, 2, 64, 130, 200});
+    check_attention_all_types({1, 2, 64, 150, 200, true});
+    check_attention_all_types({1, 2, 16, 40, 70, true});
+  });
 }
 
 TEST(AttentionCuda, FusedQkvLayout) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
-  for (bool causal : {false, true}) {
-    check_attention_all_types({2, 3, 64, 37, 37, causal, true});
-    check_attention_all_types({2, 3, 16, 20, 20, causal, true});
-  }
+  with_and_without_sm90([] {
+    for (bool causal : {false, true}) {
+      check_attention_all_types({2, 3, 64, 37, 37, causal, true});
+      check_attention_all_types({2, 3, 16, 20, 20, causal, true});
+    }
+  });
 }
 
 TEST(AttentionCuda, SharedKeysAndValues) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
-  check_attention_all_types({3, 2, 64, 20, 77, false, false, true});
-  check_attention_all_types({3, 2, 16, 3, 77, false, false, true});
+  with_and_without_sm90([] {
+    check_attention_all_types({3, 2, 64, 20, 77, false, false, true});
+    check_attention_all_types({3, 2, 16, 3, 77, false, false, true});
+  });
 }
 
 // On Hopper, head_dim 64 without a mask runs flash_attention_sm90: persistent CTAs that take
