@@ -24,6 +24,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/hopper.cuh"
 
@@ -334,8 +335,7 @@ void launch(const DenseAttention& a, Element e, cudaStream_t stream) {
   const CUtensorMap v_map =
       head_map(e, a.v, a.heads, a.kv_len, a.kv_row_stride, a.batch, a.kv_batch_stride, kKeys);
   const int64_t items = work_items(a);
-  const auto ctas = static_cast<unsigned>(std::min<int64_t>(items, device().multiprocessors));
-  constexpr float kLog2e = 1.4426950408889634f;
+  const auto ctas = static_cast<unsigned>(std::min<int64_t>(items, multiprocessor_count()));
   flash_attention_sm90_kernel<T><<<ctas, kThreads, kSharedBytes, stream>>>(
       q_map, k_map, v_map, static_cast<T*>(a.out), a.out_row_stride, a.out_batch_stride, a.q_len,
       a.kv_len, a.heads, static_cast<int>(items), a.kv_batch_stride == 0 && a.batch > 1,
@@ -347,7 +347,7 @@ void launch(const DenseAttention& a, Element e, cudaStream_t stream) {
 
 bool flash_attention_sm90_runs(Element e, const DenseAttention& a) {
   const auto stride_ok = [](int64_t stride) { return stride % 8 == 0 && stride >= 0; };
-  return device().present && e != Element::f32 && a.head_dim == kHeadDim && !a.causal &&
+  return hopper::present() && e != Element::f32 && a.head_dim == kHeadDim && !a.causal &&
          a.scale > 0.0f && a.batch >= 1 && a.heads >= 1 && a.q_len >= 1 && a.kv_len >= 1 &&
          (a.batch == 1 || (a.q_batch_stride > 0 && a.out_batch_stride > 0)) &&
          work_items(a) <= INT32_MAX && aligned(a.q, 16) && aligned(a.k, 16) && aligned(a.v, 16) &&

@@ -263,8 +263,7 @@ void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const
   const CUtensorMap w_map = tile_map(e, w, n, k, kTileCols);
   const CUtensorMap y_map = tile_map(e, y, m, n, 64);
   const int64_t tiles = (m + kTileRows - 1) / kTileRows * (n / kTileCols);
-  const auto blocks =
-      static_cast<unsigned>(std::min<int64_t>(tiles, hopper::device().multiprocessors));
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, multiprocessor_count()));
   activation_linear_kernel<T, kAct><<<blocks, kThreads, kSharedBytes, stream>>>(
       x_map, w_map, y_map, static_cast<const T*>(bias), static_cast<int>(m), static_cast<int>(n),
       static_cast<int>(k));
@@ -275,10 +274,10 @@ void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const
 
 bool activation_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const void* x,
                             const void* w, const void* bias, const void* y) {
-  return hopper::device().present && e != Element::f32 && m >= 1 && m <= INT32_MAX &&
-         n % kTileCols == 0 && n <= INT32_MAX && k % kTileDepth == 0 && k >= kTileDepth &&
-         k <= INT32_MAX && m * n <= INT64_MAX / 2 && aligned(x, 16) && aligned(w, 16) &&
-         aligned(y, 16) && (bias == nullptr || aligned(bias, 16));
+  return hopper::present() && e != Element::f32 && m >= 1 && m <= INT32_MAX && n % kTileCols == 0 &&
+         n <= INT32_MAX && k % kTileDepth == 0 && k >= kTileDepth && k <= INT32_MAX &&
+         m * n <= INT64_MAX / 2 && aligned(x, 16) && aligned(w, 16) && aligned(y, 16) &&
+         (bias == nullptr || aligned(bias, 16));
 }
 
 void activation_linear(Element e, const void* x, int64_t m, int64_t k, const void* w, int64_t n,

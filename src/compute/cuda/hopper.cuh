@@ -277,26 +277,18 @@ inline CUtensorMap swizzled_map(Element e, const void* base, int rank, const uin
   return map;
 }
 
-// Compute capability 9.0 (the only one sm_90a code runs on) and the SM count, of the current
-// device, asked once.
-struct Device {
-  bool present = false;
-  int multiprocessors = 0;
-};
-inline const Device& device() {
-  static const Device found = [] {
-    Device h;
+// Whether the current device has compute capability 9.0, the only one sm_90a code runs on; asked
+// once. (Its SM count is device.h's multiprocessor_count().)
+inline bool present() {
+  static const bool found = [] {
     int id = 0, major = 0, minor = 0;
     if (cudaGetDevice(&id) != cudaSuccess ||
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, id) != cudaSuccess ||
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id) != cudaSuccess ||
-        cudaDeviceGetAttribute(&h.multiprocessors, cudaDevAttrMultiProcessorCount, id) !=
-            cudaSuccess) {
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, id) != cudaSuccess) {
       cudaGetLastError();
-      return h;
+      return false;
     }
-    h.present = major == 9 && minor == 0;
-    return h;
+    return major == 9 && minor == 0;
   }();
   return found;
 }

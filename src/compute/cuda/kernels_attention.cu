@@ -36,7 +36,6 @@ namespace hark::compute::cuda {
 namespace {
 
 constexpr int kMaxHeadDim = 128;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // kDims consecutive elements as raw bits: 8 of F32, F16 or BF16 (32 or 16 bytes), 8 of INT8
 // (8 bytes) or 16 of INT8 (16 bytes). Loaded as whole vectors when kVector (aligned to them),

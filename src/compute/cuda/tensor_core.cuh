@@ -16,6 +16,9 @@ __device__ __forceinline__ float exp_reference(float m) {
   return m == -INFINITY ? 0.0f : m;
 }
 
+// Softmaxes take e^x as 2^(x · log2(e)), the exponential the special function unit has.
+constexpr float kLog2e = 1.4426950408889634f;
+
 // 2^x on the special function unit; tiny results flush to zero, which P in F16/BF16 cannot hold.
 __device__ __forceinline__ float fast_exp2(float x) {
   float y;
