@@ -2,6 +2,7 @@
 // reference on the same rounded inputs: a single row, a partial last tile of rows, long k (the
 // ring of stages wraps around several times), more tiles than SMs (each CTA takes several, its
 // two consumers in turn), every activation, with and without bias; rows past m stay unwritten.
+// Its INT8 form (quantized_linear) against the product, then quantize_int8.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "compute/cuda/cuda.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm_sm90.h"
+#include "compute/cuda/kernels.h"
 #include "support/cuda_elements.h"
 #include "support/random_values.h"
 
@@ -102,6 +104,95 @@ TEST(ActivationLinearCuda, MatchesADoubleReferenceForEveryTileShapeAndActivation
   }
 }
 
+// quantized_linear against the same product stored in the element type (activation_linear,
+// whose accumulators are the same), then quantize_int8: equal bytes and scales. Rows of a tile
+// cross blocks (1500 rows a block, tiles of 128), the last block is partial, and what lies past
+// row m stays unwritten.
+TEST(QuantizedLinearCuda, EqualsTheProductThenQuantizeInt8) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  if (!activation_linear_runs(Element::bf16, 128, 64, 256, nullptr, nullptr, nullptr, nullptr)) {
+    GTEST_SKIP() << "not a compute capability 9.0 GPU: " << describe();
+  }
+  struct QuantizedCase {
+    int64_t m, k, n, block_rows;
+    bool bias;
+  };
+  const QuantizedCase cases[] = {
+      {1, 64, 128, 1, true},          // one row: one group pair of one tile
+      {200, 192, 256, 200, false},    // one block, a partial second tile of rows
+      {3100, 128, 1024, 1500, true},  // tiles across blocks; the third block has 100 rows
+      {1500, 640, 4096, 1500, true},  // 384 tiles: CTAs take several, consumers in turn
+  };
+  constexpr int8_t kSentinel = 99;
+  for (const Element e : {Element::bf16, Element::f16}) {
+    for (const QuantizedCase& c : cases) {
+      SCOPED_TRACE(::testing::Message()
+                   << element_name(e) << " " << c.m << " x " << c.k << " x " << c.n << " blocks of "
+                   << c.block_rows << (c.bias ? " with bias" : ""));
+      const auto seed = static_cast<uint32_t>(c.m * 5 + c.k * 3 + c.n);
+      // Rows of very different sizes, as a product's groups have.
+      std::vector<float> x = uniform_values(c.m * c.k, seed);
+      for (int64_t row = 0; row < c.m; ++row) {
+        const float size = std::pow(10.0f, static_cast<float>(row % 7) - 3.0f);
+        for (int64_t i = 0; i < c.k; ++i) x[row * c.k + i] *= size;
+      }
+      x = rounded(e, x);
+      const std::vector<float> w = rounded(e, uniform_values(c.n * c.k, seed + 1, -0.2f, 0.2f));
+      const std::vector<float> bias = rounded(e, uniform_values(c.n, seed + 2, -1e-3f, 1e-3f));
+      const Buffer x_dev = upload_vector(encode(e, x)), w_dev = upload_vector(encode(e, w));
+      const Buffer bias_dev = upload_vector(encode(e, bias));
+      const void* bias_ptr = c.bias ? bias_dev.data() : nullptr;
+      const int64_t blocks = (c.m + c.block_rows - 1) / c.block_rows;
+      const int64_t capacity = blocks * c.block_rows * c.n, groups = capacity / kQuantizedGroup;
+
+      Buffer y(c.m * c.n * element_size(e));
+      Buffer want_q = upload_vector(std::vector<int8_t>(capacity, kSentinel));
+      Buffer want_scales = upload_vector(std::vector<float>(groups, -1.0f));
+      activation_linear(e, x_dev.data(), c.m, c.k, w_dev.data(), c.n, bias_ptr, Activation::none,
+                        y.data(), nullptr);
+      quantize_int8(e, y.data(), 0, c.m, c.n, kQuantizedGroup, c.block_rows, want_q.as<int8_t>(),
+                    want_scales.as<float>(), nullptr);
+
+      Buffer q = upload_vector(std::vector<int8_t>(capacity, kSentinel));
+      Buffer scales = upload_vector(std::vector<float>(groups, -1.0f));
+      ASSERT_TRUE(quantized_linear_runs(e, c.m, c.k, c.n, kQuantizedGroup, c.block_rows,
+                                        x_dev.data(), w_dev.data(), bias_ptr, q.as<int8_t>(),
+                                        scales.as<float>()));
+      quantized_linear(e, x_dev.data(), c.m, c.k, w_dev.data(), c.n, bias_ptr, kQuantizedGroup,
+                       c.block_rows, q.as<int8_t>(), scales.as<float>(), nullptr);
+      check(cudaDeviceSynchronize(), "quantized_linear test");
+
+      const auto read_bytes = [&](const Buffer& b) {
+        std::vector<int8_t> out(capacity);
+        download(b.data(), out.size(), out.data());
+        return out;
+      };
+      const auto read_scales = [&](const Buffer& b) {
+        std::vector<float> out(groups);
+        download(b.data(), out.size() * sizeof(float), out.data());
+        return out;
+      };
+      const std::vector<int8_t> got_q = read_bytes(q), expected_q = read_bytes(want_q);
+      const std::vector<float> got_scales = read_scales(scales);
+      const std::vector<float> expected_scales = read_scales(want_scales);
+      // quantize_int8 leaves the places of rows past m alone too: the sentinels must match there.
+      ASSERT_EQ(got_q.size(), expected_q.size());
+      int64_t differing = 0, nonzero = 0;
+      for (size_t i = 0; i < got_q.size(); ++i) {
+        differing += got_q[i] != expected_q[i];
+        nonzero += got_q[i] != 0 && got_q[i] != kSentinel;
+      }
+      EXPECT_EQ(differing, 0);
+      EXPECT_GT(nonzero, static_cast<int64_t>(got_q.size()) / 4);  // the test has content
+      EXPECT_EQ(got_scales, expected_scales);
+      if (blocks * c.block_rows > c.m) {
+        EXPECT_EQ(got_q.back(), kSentinel);
+        EXPECT_EQ(got_scales.back(), -1.0f);
+      }
+    }
+  }
+}
+
 TEST(ActivationLinearCuda, RefusesWhatItCannotRun) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   Buffer any(4096);
@@ -114,6 +205,18 @@ TEST(ActivationLinearCuda, RefusesWhatItCannotRun) {
   EXPECT_FALSE(activation_linear_runs(Element::bf16, 128, 64, 256, odd, p, nullptr, p));
   EXPECT_THROW(
       activation_linear(Element::f32, p, 128, 64, p, 256, nullptr, Activation::silu, p, nullptr),
+      std::exception);
+  auto* q = static_cast<int8_t*>(p);
+  auto* scales = static_cast<float*>(p);
+  EXPECT_FALSE(
+      quantized_linear_runs(Element::f32, 128, 64, 256, 64, 1500, p, p, nullptr, q, scales));
+  EXPECT_FALSE(
+      quantized_linear_runs(Element::bf16, 128, 64, 256, 32, 1500, p, p, nullptr, q, scales));
+  EXPECT_FALSE(quantized_linear_runs(Element::bf16, 128, 64, 256, 64, 0, p, p, nullptr, q, scales));
+  EXPECT_FALSE(
+      quantized_linear_runs(Element::bf16, 128, 64, 256, 64, 1500, p, p, nullptr, q + 8, scales));
+  EXPECT_THROW(
+      quantized_linear(Element::bf16, p, 128, 64, p, 256, nullptr, 32, 1500, q, scales, nullptr),
       std::exception);
 }
 

@@ -423,15 +423,15 @@ TEST(DecodeAttentionCuda, GraphReadsLengthsAtRunTime) {
 
 // ---- INT8 keys and values ----------------------------------------------------------------------
 
-// One group as kernels.h defines the quantisation: scale = max |x| / 127, q = x / scale rounded
-// half to even (all zeros when the group is).
+// One group as kernels.h defines the quantisation: scale = max |x| / 127, q = x · (127 / max |x|)
+// rounded half to even (all zeros when the group is).
 void quantize_group(const float* x, int group, int8_t* q, float* scale) {
   float largest = 0.0f;
   for (int i = 0; i < group; ++i) largest = std::max(largest, std::abs(x[i]));
   *scale = largest / 127.0f;
+  const float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
   for (int i = 0; i < group; ++i) {
-    const float quantized = *scale > 0.0f ? std::nearbyint(x[i] / *scale) : 0.0f;
-    q[i] = static_cast<int8_t>(std::clamp(quantized, -127.0f, 127.0f));
+    q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(x[i] * inverse), -127.0f, 127.0f));
   }
 }
 
@@ -442,9 +442,13 @@ std::vector<T> download_all(const Buffer& buffer, size_t n) {
   return values;
 }
 
-void check_quantize(Element e, int64_t rows, int64_t cols, int group) {
+// Rows [0, rows) of blocks of block_rows rows, quantised in two calls split at row `split` (as
+// the encoder quantises chunks of its rows), against the CPU in group_major_strides' layout.
+void check_quantize(Element e, int64_t rows, int64_t cols, int group, int64_t block_rows,
+                    int64_t split) {
   SCOPED_TRACE(std::string(element_name(e)) + " rows " + std::to_string(rows) + " cols " +
-               std::to_string(cols) + " group " + std::to_string(group));
+               std::to_string(cols) + " group " + std::to_string(group) + " block rows " +
+               std::to_string(block_rows) + " split " + std::to_string(split));
   // Groups of very different magnitudes; one of zeros; one whose values fall half-way between
   // two steps (its largest is 127, so the scale is 1).
   std::mt19937 rng(41);
@@ -462,16 +466,28 @@ void check_quantize(Element e, int64_t rows, int64_t cols, int group) {
     ties[group - 1] = 127.0f;
   }
   const DeviceArray x = upload_values(e, values);
-  const int64_t groups = rows * cols / group;
+  const int64_t groups_per_row = cols / group, groups = rows * groups_per_row;
   Buffer q(rows * cols), scales(sizeof(float) * groups);
-  quantize_int8(e, x.buffer.data(), rows, cols, group, q.as<int8_t>(), scales.as<float>(), nullptr);
+  const auto* x_rows = static_cast<const uint8_t*>(x.buffer.data());
+  const int64_t row_bytes = cols * static_cast<int64_t>(element_size(e));
+  quantize_int8(e, x_rows, 0, split, cols, group, block_rows, q.as<int8_t>(), scales.as<float>(),
+                nullptr);
+  quantize_int8(e, x_rows + split * row_bytes, split, rows - split, cols, group, block_rows,
+                q.as<int8_t>(), scales.as<float>(), nullptr);
   check(cudaDeviceSynchronize(), "quantize_int8 test");
 
+  const Int8Strides strides = group_major_strides(cols, group, block_rows);
   std::vector<int8_t> want_q(rows * cols);
   std::vector<float> want_scales(groups);
-  for (int64_t g = 0; g < groups; ++g) {
-    quantize_group(x.values.data() + g * group, group, want_q.data() + g * group,
-                   want_scales.data() + g);
+  for (int64_t row = 0; row < rows; ++row) {
+    const int64_t block = row / block_rows, t = row % block_rows;
+    for (int64_t g = 0; g < groups_per_row; ++g) {
+      const int64_t at = block * strides.batch + g * strides.group_stride + t * strides.row;
+      const int64_t scale_at =
+          block * strides.scale_batch + g * strides.scale_group_stride + t * strides.scale_row;
+      quantize_group(x.values.data() + row * cols + g * group, group, want_q.data() + at,
+                     want_scales.data() + scale_at);
+    }
   }
   EXPECT_EQ(download_all<int8_t>(q, want_q.size()), want_q);
   EXPECT_EQ(download_all<float>(scales, want_scales.size()), want_scales);
@@ -481,43 +497,51 @@ TEST(Int8KvCuda, QuantizeMatchesTheCpu) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
   for (Element e : kElements) {
-    check_quantize(e, 37, 3 * 64, 64);
-    check_quantize(e, 5, 2 * 24, 24);
-    check_quantize(e, 3, 2 * 128, 128);
-    check_quantize(e, 1000, 40, 8);
+    check_quantize(e, 37, 3 * 64, 64, 37, 37);  // one block, one call
+    check_quantize(e, 5, 2 * 24, 24, 1, 2);     // a block a row: the rows' own order
+    check_quantize(e, 3, 2 * 128, 128, 3, 1);
+    check_quantize(e, 1000, 40, 8, 250, 333);  // a split inside a block
   }
 }
 
 TEST(Int8KvCuda, DequantizeReadsStridedBlocks) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
-  // Columns [16, 64) of rows 100 values apart, in 2 blocks, groups of 8: the scales of a row
-  // start at its third (15 apart).
+  // 6 groups of 8 (48 columns) from the third group on, groups 130 values apart, rows 9 apart,
+  // in 2 blocks; scales with strides of their own.
   const int batch = 2, group = 8;
-  const int64_t rows = 13, cols = 48, first_column = 16, q_row = 100, q_block = rows * q_row + 7;
-  const int64_t scale_row = 15, scale_block = rows * scale_row + 3;
+  const int64_t rows = 13, cols = 48, first_group = 2;
+  Int8Strides strides;
+  strides.row = 9;
+  strides.group_stride = 130;
+  strides.batch = 9 * 130 + 5;
+  strides.scale_row = 1;
+  strides.scale_group_stride = 15;
+  strides.scale_batch = 9 * 15 + 3;
   std::mt19937 rng(42);
   std::uniform_int_distribution<int> level(-127, 127);
   std::uniform_real_distribution<float> magnitude(1e-3f, 1.0f);
-  std::vector<int8_t> q(batch * q_block);
+  std::vector<int8_t> q(batch * strides.batch);
   for (int8_t& x : q) x = static_cast<int8_t>(level(rng));
-  std::vector<float> scales(batch * scale_block);
+  std::vector<float> scales(batch * strides.scale_batch);
   for (float& s : scales) s = magnitude(rng);
   const Buffer q_device = upload_vector(q), scales_device = upload_vector(scales);
   for (Element e : kElements) {
     SCOPED_TRACE(element_name(e));
     Buffer out(element_size(e) * batch * rows * cols);
-    dequantize_int8(q_device.as<int8_t>() + first_column, q_row, q_block,
-                    scales_device.as<float>() + first_column / group, scale_row, scale_block, batch,
-                    rows, cols, group, e, out.data(), nullptr);
+    dequantize_int8(q_device.as<int8_t>() + first_group * strides.group_stride,
+                    scales_device.as<float>() + first_group * strides.scale_group_stride, strides,
+                    batch, rows, cols, group, e, out.data(), nullptr);
     check(cudaDeviceSynchronize(), "dequantize_int8 test");
     std::vector<float> want;
     for (int b = 0; b < batch; ++b) {
       for (int64_t r = 0; r < rows; ++r) {
         for (int64_t c = 0; c < cols; ++c) {
-          const int64_t column = first_column + c;
-          want.push_back(scales[b * scale_block + r * scale_row + column / group] *
-                         static_cast<float>(q[b * q_block + r * q_row + column]));
+          const int64_t g = first_group + c / group;
+          want.push_back(
+              scales[b * strides.scale_batch + g * strides.scale_group_stride + r] *
+              static_cast<float>(
+                  q[b * strides.batch + g * strides.group_stride + r * strides.row + c % group]));
         }
       }
     }
@@ -531,35 +555,61 @@ double int8_tolerance(Element e) {
   return e == Element::f32 ? 1e-5 : e == Element::f16 ? 2e-3 : 1e-2;
 }
 
-// K and V of a row side by side, as the cross-attention K/V of a layer are stored, with their
-// scales [rows, 2 · heads + 1] (K heads, V heads, one spare).
-void check_decode_int8(Element e, const DecodeCase& c,
+// K and V with scales laid out either as rows (a position's K heads, V heads and row_padding
+// values side by side; scales [capacity, 2 · heads + 1]) or group-major as the encoder stores
+// them (kernels.h: group_major_strides; each head's positions one run of head_dim + row_padding
+// values apiece, K heads then V heads).
+void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
                        const std::vector<std::vector<int32_t>>& graph_steps = {}) {
   const int batch = static_cast<int>(c.lengths.size());
   SCOPED_TRACE(std::string(element_name(e)) + " batch " + std::to_string(batch) + " heads " +
                std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) +
-               (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding));
+               (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding) +
+               (group_major ? " group-major" : " rows"));
   const int64_t width = int64_t{c.heads} * c.head_dim;
-  const int64_t row = 2 * width + c.row_padding, scale_row = 2 * c.heads + 1;
+  Int8Strides strides;
+  if (group_major) {
+    strides.row = c.head_dim + c.row_padding;
+    strides.group_stride = c.capacity * strides.row;
+    strides.batch = 2 * c.heads * strides.group_stride;
+    strides.scale_row = 1;
+    strides.scale_group_stride = c.capacity;
+    strides.scale_batch = 2 * c.heads * c.capacity;
+  } else {
+    strides.row = 2 * width + c.row_padding;
+    strides.group_stride = c.head_dim;
+    strides.batch = c.capacity * strides.row;
+    strides.scale_row = 2 * c.heads + 1;
+    strides.scale_group_stride = 1;
+    strides.scale_batch = c.capacity * strides.scale_row;
+  }
   const int64_t kv_batches = c.shared_kv ? 1 : batch;
-  const int64_t kv_batch = c.shared_kv ? 0 : c.capacity * row;
-  const int64_t scale_batch = c.shared_kv ? 0 : c.capacity * scale_row;
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  // Group g (K heads, then V heads) of position t of block b.
+  const auto value_at = [&](int64_t b, int64_t g, int64_t t) {
+    return b * strides.batch + g * strides.group_stride + t * strides.row;
+  };
+  const auto scale_at = [&](int64_t b, int64_t g, int64_t t) {
+    return b * strides.scale_batch + g * strides.scale_group_stride + t * strides.scale_row;
+  };
 
   const DeviceArray q = random_array(e, batch * width, 31, 1.5f);
   std::mt19937 rng(32);
   std::uniform_int_distribution<int> level(-127, 127);
   std::uniform_real_distribution<float> magnitude(0.002f, 0.02f);
-  std::vector<int8_t> values(kv_batches * c.capacity * row);
-  std::vector<float> scales(kv_batches * c.capacity * scale_row);
+  std::vector<int8_t> values(kv_batches * strides.batch);
+  std::vector<float> scales(kv_batches * strides.scale_batch);
   for (int8_t& x : values) x = static_cast<int8_t>(level(rng));
   for (float& s : scales) s = magnitude(rng);
-  // Rows past a sequence's length hold values that would dominate the result if they were read.
+  // Positions past a sequence's length hold values that would dominate the result if they were
+  // read.
   if (!c.shared_kv) {
     for (int b = 0; b < batch; ++b) {
       for (int64_t t = c.lengths[b]; t < c.capacity; ++t) {
-        std::fill_n(values.begin() + b * kv_batch + t * row, row, int8_t{127});
-        std::fill_n(scales.begin() + b * scale_batch + t * scale_row, scale_row, 50.0f);
+        for (int64_t g = 0; g < 2 * c.heads; ++g) {
+          std::fill_n(values.begin() + value_at(b, g, t), c.head_dim, int8_t{127});
+          scales[scale_at(b, g, t)] = 50.0f;
+        }
       }
     }
   }
@@ -572,24 +622,23 @@ void check_decode_int8(Element e, const DecodeCase& c,
   for (int64_t b = 0; b < kv_batches; ++b) {
     for (int64_t t = 0; t < c.capacity; ++t) {
       for (int64_t x = 0; x < width; ++x) {
-        const int64_t at = b * c.capacity * row + t * row + x;
-        const int64_t scale_at = b * c.capacity * scale_row + t * scale_row + x / c.head_dim;
+        const int64_t h = x / c.head_dim, i = x % c.head_dim;
         const int64_t target = (b * c.capacity + t) * width + x;
-        keys[target] = scales[scale_at] * static_cast<float>(values[at]);
-        kv_values[target] = scales[scale_at + c.heads] * static_cast<float>(values[at + width]);
+        keys[target] =
+            scales[scale_at(b, h, t)] * static_cast<float>(values[value_at(b, h, t) + i]);
+        kv_values[target] = scales[scale_at(b, c.heads + h, t)] *
+                            static_cast<float>(values[value_at(b, c.heads + h, t) + i]);
       }
     }
   }
 
   Int8Kv kv;
   kv.k = values_device.as<int8_t>();
-  kv.v = kv.k + width;
-  kv.row_stride = row;
-  kv.batch_stride = kv_batch;
+  kv.v = kv.k + value_at(0, c.heads, 0);
   kv.k_scales = scales_device.as<float>();
-  kv.v_scales = kv.k_scales + c.heads;
-  kv.scale_row_stride = scale_row;
-  kv.scale_batch_stride = scale_batch;
+  kv.v_scales = kv.k_scales + scale_at(0, c.heads, 0);
+  kv.strides = strides;
+  if (c.shared_kv) kv.strides.batch = kv.strides.scale_batch = 0;
   const auto launch = [&](cudaStream_t stream) {
     decode_attention_int8(e, q.buffer.data(), width, kv, lengths.as<int32_t>(), out.buffer.data(),
                           width, batch, c.heads, c.head_dim, static_cast<float>(scale), stream);
@@ -605,11 +654,18 @@ void check_decode_int8(Element e, const DecodeCase& c,
   run_decode(launch, lengths, c.lengths, graph_steps, compare);
 }
 
+// Each case in both layouts.
+void check_decode_int8_layouts(Element e, const DecodeCase& c,
+                               const std::vector<std::vector<int32_t>>& graph_steps = {}) {
+  check_decode_int8(e, c, false, graph_steps);
+  check_decode_int8(e, c, true, graph_steps);
+}
+
 TEST(DecodeAttentionInt8Cuda, MixedLengths) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
   for (Element e : kElements) {
-    for (int head_dim : {64, 16}) check_decode_int8(e, {3, head_dim, {1, 37, 448}, 448});
+    for (int head_dim : {64, 16}) check_decode_int8_layouts(e, {3, head_dim, {1, 37, 448}, 448});
   }
 }
 
@@ -617,9 +673,9 @@ TEST(DecodeAttentionInt8Cuda, SharedCrossAttentionKeys) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
   for (Element e : kElements) {
-    check_decode_int8(e, {2, 64, {1500, 1500, 1500, 1500}, 1500, true});
-    check_decode_int8(e, {20, 64, {1500}, 1500, true});
-    check_decode_int8(e, {2, 16, {1500, 1500}, 1500, true});
+    check_decode_int8_layouts(e, {2, 64, {1500, 1500, 1500, 1500}, 1500, true});
+    check_decode_int8_layouts(e, {20, 64, {1500}, 1500, true});
+    check_decode_int8_layouts(e, {2, 16, {1500, 1500}, 1500, true});
   }
 }
 
@@ -629,8 +685,8 @@ TEST(DecodeAttentionInt8Cuda, LargeBatch) {
   std::vector<int32_t> lengths(48);
   for (size_t b = 0; b < lengths.size(); ++b) lengths[b] = static_cast<int32_t>(1 + 31 * b);
   for (Element e : kElements) {
-    check_decode_int8(e, {6, 64, lengths, 1500});
-    check_decode_int8(e, {6, 128, lengths, 1500});
+    check_decode_int8_layouts(e, {6, 64, lengths, 1500});
+    check_decode_int8_layouts(e, {6, 128, lengths, 1500});
   }
 }
 
@@ -638,9 +694,9 @@ TEST(DecodeAttentionInt8Cuda, OtherHeadDimsAndUnalignedRows) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
   for (Element e : kElements) {
-    check_decode_int8(e, {2, 24, {5, 200}, 256});
-    check_decode_int8(e, {2, 64, {5, 200}, 256, false, 1});
-    check_decode_int8(e, {3, 24, {1500, 1500}, 1500, true, 3});
+    check_decode_int8_layouts(e, {2, 24, {5, 200}, 256});
+    check_decode_int8_layouts(e, {2, 64, {5, 200}, 256, false, 1});
+    check_decode_int8_layouts(e, {3, 24, {1500, 1500}, 1500, true, 3});
   }
 }
 
@@ -648,7 +704,7 @@ TEST(DecodeAttentionInt8Cuda, GraphReadsLengthsAtRunTime) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
   for (Element e : kElements) {
-    check_decode_int8(e, {4, 64, {3, 1500}, 1500}, {{3, 1500}, {4, 1499}, {2, 60}});
+    check_decode_int8_layouts(e, {4, 64, {3, 1500}, 1500}, {{3, 1500}, {4, 1499}, {2, 60}});
   }
 }
 
@@ -667,17 +723,14 @@ TEST(DecodeAttentionInt8Cuda, StaysNearTheUnquantisedValues) {
     const DeviceArray q = random_array(e, batch * width, 51, 1.5f);
     const DeviceArray kv_values = random_array(e, batch * frames * row, 52, 1.0f);
     Buffer values(batch * frames * row), scales(sizeof(float) * batch * frames * 2 * heads);
-    quantize_int8(e, kv_values.buffer.data(), int64_t{batch} * frames, row, head_dim,
+    quantize_int8(e, kv_values.buffer.data(), 0, int64_t{batch} * frames, row, head_dim, frames,
                   values.as<int8_t>(), scales.as<float>(), nullptr);
     Int8Kv kv;
+    kv.strides = group_major_strides(row, head_dim, frames);
     kv.k = values.as<int8_t>();
-    kv.v = kv.k + width;
-    kv.row_stride = row;
-    kv.batch_stride = frames * row;
+    kv.v = kv.k + heads * kv.strides.group_stride;
     kv.k_scales = scales.as<float>();
-    kv.v_scales = kv.k_scales + heads;
-    kv.scale_row_stride = 2 * heads;
-    kv.scale_batch_stride = int64_t{frames} * 2 * heads;
+    kv.v_scales = kv.k_scales + heads * kv.strides.scale_group_stride;
     const DeviceArray out = upload_values(e, std::vector<float>(batch * width, 0.0f));
     decode_attention_int8(e, q.buffer.data(), width, kv, lengths.as<int32_t>(), out.buffer.data(),
                           width, batch, heads, head_dim, static_cast<float>(scale), nullptr);

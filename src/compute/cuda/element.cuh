@@ -128,6 +128,18 @@ __device__ __forceinline__ void int8x4_to_floats(uint32_t word, float* out) {
   }
 }
 
+// INT8 quantisation (kernels.h: quantize_int8): the level of x for the inverse 127 / largest of
+// its group's largest magnitude, rounded half to even. |x| ≤ largest keeps it within ±127, so
+// there is nothing to clamp; a group without a finite largest has inverse 0 and levels 0.
+__device__ __forceinline__ int int8_level(float x, float inverse) {
+  return __float2int_rn(x * inverse);
+}
+
+// The low bytes of four levels as one word, a's first.
+__device__ __forceinline__ uint32_t int8_word(int a, int b, int c, int d) {
+  return __byte_perm(__byte_perm(a, b, 0x0040), __byte_perm(c, d, 0x0040), 0x5410);
+}
+
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }

@@ -28,4 +28,25 @@ bool activation_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const vo
 void activation_linear(Element e, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
                        const void* bias, Activation act, void* y, cudaStream_t stream);
 
+// The INT8 cross-attention K/V straight from their product (quantize_int8's groups, kernels.h):
+// the product's results never go to memory in the element type, and the K/V go out group-major,
+// as a decode step reads them.
+//
+// The group size quantized_linear takes: half its tile's 128 columns, one Whisper head.
+constexpr int kQuantizedGroup = 64;
+
+// Whether quantized_linear runs these operands: what activation_linear needs, with
+// group == kQuantizedGroup, block_rows ≥ 1, q 16-byte and scales 4-byte aligned.
+bool quantized_linear_runs(Element e, int64_t m, int64_t k, int64_t n, int group,
+                           int64_t block_rows, const void* x, const void* w, const void* bias,
+                           const int8_t* q, const float* scales);
+
+// y = x[m, k] · w[n, k]ᵀ + bias[n] (bias null: none), F32 accumulation rounded once to e, then
+// quantised exactly as quantize_int8(e, y, 0, m, n, group, block_rows, q, scales) would: q and
+// scales in group_major_strides(n, group, block_rows). Fails for what quantized_linear_runs
+// refuses.
+void quantized_linear(Element e, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
+                      const void* bias, int group, int64_t block_rows, int8_t* q, float* scales,
+                      cudaStream_t stream);
+
 }  // namespace hark::compute::cuda

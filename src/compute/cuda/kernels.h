@@ -132,32 +132,50 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
 
 // Keys and values stored as INT8 (Whisper's cross-attention K/V): each group of `group`
 // consecutive values (one head of one row) keeps an F32 scale = max |x| / 127 over the group and
-// q = x / scale rounded half to even (all zeros for a group of zeros); value = scale · q. Half
-// the memory of F16, and half of what a decode step reads.
+// q = x · (127 / max |x|) rounded half to even (all zeros for a group of zeros); value =
+// scale · q. Half the memory of F16, and half of what a decode step reads. (Times the inverse
+// rather than divided by the scale: one division a group instead of one a value, which in a
+// product's epilogue was most of the work.)
 //
-// q [rows, cols] and scales [rows, cols / group] of x [rows, cols] (element type e, dense);
-// cols a multiple of group.
-void quantize_int8(Element e, const void* x, int64_t rows, int64_t cols, int group, int8_t* q,
-                   float* scales, cudaStream_t stream);
+// Where INT8 values and their scales lie: value i of group g of row t of block b at
+// values + b · batch + g · group_stride + t · row + i, its scale at
+// scales + b · scale_batch + g · scale_group_stride + t · scale_row.
+struct Int8Strides {
+  int64_t row = 0, group_stride = 0, batch = 0;
+  int64_t scale_row = 0, scale_group_stride = 0, scale_batch = 0;
+};
+
+// The layout quantize_int8 writes for a matrix [blocks · block_rows, cols] in groups of `group`:
+// each block group-major, so that one group (a head) of a block's rows is one run of
+// block_rows · group values and one of block_rows scales. A decode step's cross-attention reads
+// a (window, head) pair as two such runs instead of 64-byte pieces 2 · layers · d apart, which
+// the HBM serves at a fraction of its rate.
+inline Int8Strides group_major_strides(int64_t cols, int group, int64_t block_rows) {
+  const int64_t groups = cols / group;
+  return {group, block_rows * group, block_rows * cols, 1, block_rows, groups * block_rows};
+}
+
+// q and scales of x, rows [first_row, first_row + rows) of a matrix [blocks · block_rows, cols]
+// (element type e, dense; x points at row first_row), in group_major_strides(cols, group,
+// block_rows) from q and scales (row 0's); cols a multiple of group.
+void quantize_int8(Element e, const void* x, int64_t first_row, int64_t rows, int64_t cols,
+                   int group, int64_t block_rows, int8_t* q, float* scales, cudaStream_t stream);
 
 // The inverse, for `batch` blocks of `rows` rows of `cols` values (cols a multiple of group):
-// out[b, r, c] = scales[b · scale_batch_stride + r · scale_row_stride + c / group] ·
-// q[b · q_batch_stride + r · q_row_stride + c], out dense [batch, rows, cols] of element type e.
-void dequantize_int8(const int8_t* q, int64_t q_row_stride, int64_t q_batch_stride,
-                     const float* scales, int64_t scale_row_stride, int64_t scale_batch_stride,
-                     int batch, int64_t rows, int64_t cols, int group, Element e, void* out,
+// out[b, r, c] = the value of group c / group, index c % group, row r, block b of q and scales
+// as `strides` place them; out dense [batch, rows, cols] of element type e.
+void dequantize_int8(const int8_t* q, const float* scales, const Int8Strides& strides, int batch,
+                     int64_t rows, int64_t cols, int group, Element e, void* out,
                      cudaStream_t stream);
 
-// INT8 keys and values for decode_attention_int8, addressed like decode_attention's: position t
-// of sequence b at k/v + b · batch_stride + t · row_stride (in values), head h at h · head_dim
-// after that; its scale at k_scales/v_scales + b · scale_batch_stride + t · scale_row_stride + h.
+// INT8 keys and values for decode_attention_int8: position t of head h of sequence b at row t,
+// group h, block b of k (v) and k_scales (v_scales) in `strides`.
 struct Int8Kv {
   const int8_t* k = nullptr;
   const int8_t* v = nullptr;
-  int64_t row_stride = 0, batch_stride = 0;
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
-  int64_t scale_row_stride = 0, scale_batch_stride = 0;
+  Int8Strides strides;
 };
 
 // decode_attention over INT8 keys and values (one scale per position and head): the same

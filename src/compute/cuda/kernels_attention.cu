@@ -699,11 +699,14 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float (&acc)[k
   for (int i = 0; i < kValues; ++i) acc[i] = acc[i] * mine + other_acc[i] * theirs;
 }
 
-// The scales of INT8 keys and values, one per (position, head); unused for other types.
-struct KvScales {
-  const float* k = nullptr;
-  const float* v = nullptr;
-  int64_t row_stride = 0, batch_stride = 0;
+// Where a decode step's keys and values lie: position t of head h of sequence b at
+// k/v + b · batch + h · head + t · row (values). For INT8 also their scales, one per (position,
+// head), at k_scales/v_scales + b · scale_batch + h · scale_head + t · scale_row.
+struct KvStrides {
+  int64_t row = 0, head = 0, batch = 0;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
+  int64_t scale_row = 0, scale_head = 0, scale_batch = 0;
 };
 
 // INT8's 16 values a lane would take 168 registers, 3 CTAs an SM; held to 4 CTAs they fit in 128
@@ -711,8 +714,7 @@ struct KvScales {
 template <class T, class Kv, bool kVector, int kDims>
 __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4 : 0)
     decode_attention_kernel(const T* __restrict__ q, int64_t q_stride, const Kv* __restrict__ k,
-                            const Kv* __restrict__ v, int64_t kv_row_stride,
-                            int64_t kv_batch_stride, KvScales kv_scales,
+                            const Kv* __restrict__ v, KvStrides kv,
                             const int32_t* __restrict__ lengths, T* __restrict__ out,
                             int64_t out_stride, int head_dim, int lanes_per_key_log2, float scale) {
   constexpr bool kInt8 = std::is_same_v<Kv, int8_t>;
@@ -741,12 +743,11 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
   const bool active = first_dim < head_dim;
 
   q += sequence * q_stride + head * head_dim + first_dim;
-  k += sequence * kv_batch_stride + head * head_dim + first_dim;
-  v += sequence * kv_batch_stride + head * head_dim + first_dim;
-  const float* const k_scales =
-      kv_scales.k + (kInt8 ? sequence * kv_scales.batch_stride + head : 0);
-  const float* const v_scales =
-      kv_scales.v + (kInt8 ? sequence * kv_scales.batch_stride + head : 0);
+  k += sequence * kv.batch + head * kv.head + first_dim;
+  v += sequence * kv.batch + head * kv.head + first_dim;
+  const int64_t scales_at = kInt8 ? sequence * kv.scale_batch + head * kv.scale_head : 0;
+  const float* const k_scales = kv.k_scales + scales_at;
+  const float* const v_scales = kv.v_scales + scales_at;
 
   float query[kDims];
 #pragma unroll
@@ -772,11 +773,11 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int key = min(first + slot + u * slots, end - 1);  // past the end: weight 0 below
-      round_keys[u] = load_chunk<kVector, kDims>(k + key * kv_row_stride);
-      round_values[u] = load_chunk<kVector, kDims>(v + key * kv_row_stride);
+      round_keys[u] = load_chunk<kVector, kDims>(k + key * kv.row);
+      round_values[u] = load_chunk<kVector, kDims>(v + key * kv.row);
       if constexpr (kInt8) {
-        round_key_scales[u] = k_scales[key * kv_scales.row_stride];
-        round_value_scales[u] = v_scales[key * kv_scales.row_stride];
+        round_key_scales[u] = k_scales[key * kv.scale_row];
+        round_value_scales[u] = v_scales[key * kv.scale_row];
       }
     }
   };
@@ -882,45 +883,69 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
 // ---- INT8 keys and values ---------------------------------------------------------------------
 //
 // quantize_int8: one warp per group (a head of a row), its largest magnitude, then each value
-// divided by the scale and rounded half to even, exactly as kernels.h states it. A one-off per
-// encoded batch, bound by reading its input. dequantize_int8: one CTA per (row, block), its
-// threads walking the row's columns.
+// times 127 / largest, rounded half to even (int8_level), exactly as kernels.h states it. A one-off
+// per encoded batch, bound by reading its input.
 
 constexpr int kQuantizeWarps = 8;
 constexpr int64_t kMaxQuantizeBlocks = 4096;
 
 template <class T>
 __global__ void __launch_bounds__(kQuantizeWarps * 32)
-    quantize_int8_kernel(const T* __restrict__ x, int64_t groups, int group, int8_t* __restrict__ q,
+    quantize_int8_kernel(const T* __restrict__ x, int64_t first_row, int64_t rows, int64_t cols,
+                         int group, int64_t block_rows, int8_t* __restrict__ q,
                          float* __restrict__ scales) {
   const int lane = threadIdx.x % 32;
+  const int64_t groups_per_row = cols / group, groups = rows * groups_per_row;
   const int64_t warps = int64_t{gridDim.x} * kQuantizeWarps;
-  for (int64_t g = int64_t{blockIdx.x} * kQuantizeWarps + threadIdx.x / 32; g < groups;
-       g += warps) {
-    const T* const values = x + g * group;
+  // Warp w takes group w / rows of row w % rows: consecutive warps write consecutive runs of the
+  // group-major output.
+  for (int64_t w = int64_t{blockIdx.x} * kQuantizeWarps + threadIdx.x / 32; w < groups;
+       w += warps) {
+    const int64_t group_index = w / rows, local_row = w % rows, row = first_row + local_row;
+    const T* const values = x + local_row * cols + group_index * group;
     float largest = 0.0f;
     for (int i = lane; i < group; i += 32) largest = fmaxf(largest, fabsf(to_float(values[i])));
     largest = warp_max(largest);
-    const float scale = largest / 127.0f;
+    const float inverse = largest > 0.0f ? 127.0f / largest : 0.0f;
+    const int64_t block = row / block_rows, block_row = row % block_rows;
+    const int64_t target = (block * groups_per_row + group_index) * block_rows + block_row;
     for (int i = lane; i < group; i += 32) {
-      const float quantized = scale > 0.0f ? rintf(to_float(values[i]) / scale) : 0.0f;
-      q[g * group + i] = static_cast<int8_t>(fminf(fmaxf(quantized, -127.0f), 127.0f));
+      q[target * group + i] = static_cast<int8_t>(int8_level(to_float(values[i]), inverse));
     }
-    if (lane == 0) scales[g] = scale;
+    if (lane == 0) scales[target] = largest / 127.0f;
   }
 }
 
-template <class T>
-__global__ void dequantize_int8_kernel(const int8_t* __restrict__ q, int64_t q_row_stride,
-                                       int64_t q_batch_stride, const float* __restrict__ scales,
-                                       int64_t scale_row_stride, int64_t scale_batch_stride,
-                                       int64_t cols, int group, T* __restrict__ out) {
-  const int64_t row = blockIdx.x, block = blockIdx.y, rows = gridDim.x;
-  const int8_t* const values = q + block * q_batch_stride + row * q_row_stride;
-  const float* const row_scales = scales + block * scale_batch_stride + row * scale_row_stride;
-  T* const target = out + (block * rows + row) * cols;
-  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
-    target[c] = from_float<T>(row_scales[c / group] * static_cast<float>(values[c]));
+// One thread per pack of kPack values of a group of a row, the packs of a group's rows
+// consecutive: the reads of a group-major run and the writes of its rows' slices both coalesce.
+template <class T, int kPack>
+__global__ void dequantize_int8_kernel(const int8_t* __restrict__ q,
+                                       const float* __restrict__ scales, Int8Strides strides,
+                                       int64_t rows, int64_t cols, int group, int64_t packs,
+                                       T* __restrict__ out) {
+  const int packs_per_group = group / kPack;
+  const int64_t groups = cols / group;
+  HARK_FLAT_LOOP(i, packs) {
+    const int64_t pack = i % packs_per_group, run = i / packs_per_group;
+    const int64_t row = run % rows, g = run / rows % groups, block = run / rows / groups;
+    const float scale = scales[block * strides.scale_batch + g * strides.scale_group_stride +
+                               row * strides.scale_row];
+    const int8_t* const source =
+        q + block * strides.batch + g * strides.group_stride + row * strides.row + pack * kPack;
+    float values[kPack];
+    if constexpr (kPack == 1) {
+      values[0] = static_cast<float>(*source);
+    } else {
+      using R = typename Raw<kPack>::type;
+      const R raw = *reinterpret_cast<const R*>(source);
+      uint32_t words[kPack / 4];
+      memcpy(words, &raw, sizeof raw);
+#pragma unroll
+      for (int w = 0; w < kPack / 4; ++w) int8x4_to_floats(words[w], values + 4 * w);
+    }
+#pragma unroll
+    for (int v = 0; v < kPack; ++v) values[v] *= scale;
+    store_pack(values, out + (block * rows + row) * cols + g * group + pack * kPack);
   }
 }
 
@@ -1047,8 +1072,7 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
 
 template <class T, class Kv, bool kVector, int kDims>
 void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv* v,
-                             int64_t kv_row_stride, int64_t kv_batch_stride,
-                             const KvScales& kv_scales, const int32_t* lengths, T* out,
+                             const KvStrides& kv, const int32_t* lengths, T* out,
                              int64_t out_stride, int batch, int heads, int head_dim, float scale,
                              cudaStream_t stream) {
   int lanes_per_key_log2 = 0;
@@ -1059,28 +1083,26 @@ void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv
 
   launch_kernel(decode_attention_kernel<T, Kv, kVector, kDims>, dim3(splits, heads, batch),
                 dim3(kDecodeThreads), 0, splits, /*early_start=*/true, stream, "decode attention",
-                q, q_stride, k, v, kv_row_stride, kv_batch_stride, kv_scales, lengths, out,
-                out_stride, head_dim, lanes_per_key_log2, scale);
+                q, q_stride, k, v, kv, lengths, out, out_stride, head_dim, lanes_per_key_log2,
+                scale);
 }
 
 // T: the queries' and the output's type; Kv: the keys' and values' (T, or int8_t with scales).
 template <class T, class Kv>
 void dispatch_decode_attention(const void* q, int64_t q_stride, const void* k, const void* v,
-                               int64_t kv_row_stride, int64_t kv_batch_stride,
-                               const KvScales& kv_scales, const int32_t* lengths, void* out,
+                               const KvStrides& kv, const int32_t* lengths, void* out,
                                int64_t out_stride, int batch, int heads, int head_dim, float scale,
                                cudaStream_t stream) {
   // Whether keys and values move in whole vectors of `bytes` (whole chunks of values a lane).
   const auto vectors_of = [&](size_t bytes) {
     const int64_t values = static_cast<int64_t>(bytes / sizeof(Kv));
-    return aligned(k, bytes) && aligned(v, bytes) && kv_row_stride % values == 0 &&
-           kv_batch_stride % values == 0 && head_dim % values == 0;
+    return aligned(k, bytes) && aligned(v, bytes) && kv.row % values == 0 &&
+           kv.head % values == 0 && kv.batch % values == 0 && head_dim % values == 0;
   };
   auto launch = [&](auto kernel_vector, auto dims) {
     launch_decode_attention<T, Kv, decltype(kernel_vector)::value, decltype(dims)::value>(
         static_cast<const T*>(q), q_stride, static_cast<const Kv*>(k), static_cast<const Kv*>(v),
-        kv_row_stride, kv_batch_stride, kv_scales, lengths, static_cast<T*>(out), out_stride, batch,
-        heads, head_dim, scale, stream);
+        kv, lengths, static_cast<T*>(out), out_stride, batch, heads, head_dim, scale, stream);
   };
   using Eight = std::integral_constant<int, 8>;
   if constexpr (std::is_same_v<Kv, int8_t>) {
@@ -1182,11 +1204,14 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
                       void* out, int64_t out_stride, int batch, int heads, int head_dim,
                       float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0) return;
+  KvStrides kv;
+  kv.row = kv_row_stride;
+  kv.head = head_dim;
+  kv.batch = kv_batch_stride;
   with_type(e, [&](auto zero) {
     using T = decltype(zero);
-    dispatch_decode_attention<T, T>(q, q_stride, k, v, kv_row_stride, kv_batch_stride, KvScales{},
-                                    lengths, out, out_stride, batch, heads, head_dim, scale,
-                                    stream);
+    dispatch_decode_attention<T, T>(q, q_stride, k, v, kv, lengths, out, out_stride, batch, heads,
+                                    head_dim, scale, stream);
   });
 }
 
@@ -1194,38 +1219,52 @@ void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int
                            const int32_t* lengths, void* out, int64_t out_stride, int batch,
                            int heads, int head_dim, float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0) return;
-  const KvScales scales{kv.k_scales, kv.v_scales, kv.scale_row_stride, kv.scale_batch_stride};
+  const Int8Strides& s = kv.strides;
+  const KvStrides strides{s.row,       s.group_stride,       s.batch,      kv.k_scales, kv.v_scales,
+                          s.scale_row, s.scale_group_stride, s.scale_batch};
   with_type(e, [&](auto zero) {
-    dispatch_decode_attention<decltype(zero), int8_t>(
-        q, q_stride, kv.k, kv.v, kv.row_stride, kv.batch_stride, scales, lengths, out, out_stride,
-        batch, heads, head_dim, scale, stream);
+    dispatch_decode_attention<decltype(zero), int8_t>(q, q_stride, kv.k, kv.v, strides, lengths,
+                                                      out, out_stride, batch, heads, head_dim,
+                                                      scale, stream);
   });
 }
 
-void quantize_int8(Element e, const void* x, int64_t rows, int64_t cols, int group, int8_t* q,
-                   float* scales, cudaStream_t stream) {
+void quantize_int8(Element e, const void* x, int64_t first_row, int64_t rows, int64_t cols,
+                   int group, int64_t block_rows, int8_t* q, float* scales, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return;
   const int64_t groups = rows * (cols / group);
   const int64_t blocks = std::min<int64_t>(ceil_div(groups, kQuantizeWarps), kMaxQuantizeBlocks);
   with_type(e, [&](auto zero) {
     using T = decltype(zero);
     quantize_int8_kernel<T><<<static_cast<unsigned>(blocks), kQuantizeWarps * 32, 0, stream>>>(
-        static_cast<const T*>(x), groups, group, q, scales);
+        static_cast<const T*>(x), first_row, rows, cols, group, block_rows, q, scales);
   });
   check_launch("quantize_int8");
 }
 
-void dequantize_int8(const int8_t* q, int64_t q_row_stride, int64_t q_batch_stride,
-                     const float* scales, int64_t scale_row_stride, int64_t scale_batch_stride,
-                     int batch, int64_t rows, int64_t cols, int group, Element e, void* out,
+void dequantize_int8(const int8_t* q, const float* scales, const Int8Strides& strides, int batch,
+                     int64_t rows, int64_t cols, int group, Element e, void* out,
                      cudaStream_t stream) {
   if (batch <= 0 || rows <= 0 || cols <= 0) return;
-  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(batch));
   with_type(e, [&](auto zero) {
     using T = decltype(zero);
-    dequantize_int8_kernel<T><<<grid, 256, 0, stream>>>(q, q_row_stride, q_batch_stride, scales,
-                                                        scale_row_stride, scale_batch_stride, cols,
-                                                        group, static_cast<T*>(out));
+    // Packs of 16 bytes of output (8 bytes of INT8 for 16-bit types) where everything aligns.
+    constexpr int kPack = kWidePack<T>;
+    const bool packed = group % kPack == 0 && aligned(q, kPack) && aligned(out, 16) &&
+                        strides.row % kPack == 0 && strides.group_stride % kPack == 0 &&
+                        strides.batch % kPack == 0;
+    const int pack = packed ? kPack : 1;
+    const int64_t packs = int64_t{batch} * rows * cols / pack;
+    constexpr int kThreads = 256;
+    auto launch = [&](auto kernel) {
+      kernel<<<flat_blocks(packs, kThreads), kThreads, 0, stream>>>(
+          q, scales, strides, rows, cols, group, packs, static_cast<T*>(out));
+    };
+    if (packed) {
+      launch(dequantize_int8_kernel<T, kPack>);
+    } else {
+      launch(dequantize_int8_kernel<T, 1>);
+    }
   });
   check_launch("dequantize_int8");
 }

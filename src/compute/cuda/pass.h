@@ -88,6 +88,14 @@ class Pass {
   // (gemm_sm90.h) for products of many rows, otherwise the product, then the activation in
   // place. HARK_CUDA_SM90_GEMM=0 keeps the second way everywhere.
   void activation_linear(const void* x, int64_t m, const Linear& layer, Activation act, void* y);
+  // q and scales = quantize_int8 (kernels.h) of x · Wᵀ + bias in groups of `group` columns, in
+  // group_major_strides(out_features, group, block_rows). On Hopper, groups of 64 take one
+  // product that quantises in its epilogue (gemm_sm90.h: quantized_linear; off with
+  // HARK_CUDA_SM90_GEMM=0); otherwise the product runs a chunk of rows at a time into `scratch`
+  // (its size, at least 256 rows), each chunk quantised from there, so that no full copy in the
+  // element type is ever held.
+  void quantized_linear(const void* x, int64_t m, const Linear& layer, int group,
+                        int64_t block_rows, int8_t* q, float* scales, Buffer& scratch);
   // One linear layer of a decode step (m ≤ 16 rows; 16-bit or F32 weights, not Q8_0) in one
   // launch (decode_linear): y = [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with
   // `scatter` the layer's output split into y and the K/V caches. Null norm, residual, scatter:

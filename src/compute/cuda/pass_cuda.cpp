@@ -214,6 +214,36 @@ void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Acti
   }
 }
 
+void Pass::quantized_linear(const void* x, int64_t m, const Linear& layer, int group,
+                            int64_t block_rows, int8_t* q, float* scales, Buffer& scratch) {
+  const Matrix& w = layer.weight;
+  const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
+  const int64_t n = w.rows;
+  if (sm90_gemm_enabled()) {
+    const void* weights = w.q8_0 ? expanded(w) : w.data.data();
+    if (quantized_linear_runs(element_, m, w.cols, n, group, block_rows, x, weights, bias, q,
+                              scales)) {
+      cuda::quantized_linear(element_, x, m, w.cols, weights, n, bias, group, block_rows, q, scales,
+                             stream_);
+      return;
+    }
+  }
+  // Chunks as large as the scratch holds, and at least 256 rows or 32 MiB: fewer rows would waste
+  // the product's tiles, and smaller chunks take more launches.
+  constexpr int64_t kMinChunkRows = 256, kMinChunkBytes = int64_t{32} << 20;
+  const auto row_bytes_out = static_cast<int64_t>(bytes(n));
+  const int64_t fitting_rows = static_cast<int64_t>(scratch.bytes()) / row_bytes_out;
+  const int64_t chunk_rows =
+      std::min(m, std::max({fitting_rows, kMinChunkRows, kMinChunkBytes / row_bytes_out}));
+  scratch.reserve(bytes(chunk_rows * n));
+  const size_t row_bytes = bytes(w.cols);
+  for (int64_t first = 0; first < m; first += chunk_rows) {
+    const int64_t chunk = std::min(chunk_rows, m - first);
+    linear(static_cast<const uint8_t*>(x) + first * row_bytes, chunk, layer, scratch.data());
+    quantize_int8(element_, scratch.data(), first, chunk, n, group, block_rows, q, scales, stream_);
+  }
+}
+
 void Pass::step_linear(const void* x, int64_t m, const Linear& layer, void* y,
                        const LayerNorm* norm, bool gelu, const void* residual,
                        const KvScatter* scatter) {

@@ -52,8 +52,10 @@ CrossKvStorage cross_kv_storage(const Config& config, const Weights& w);
 // What the decoder reads of a batch of encoded windows: frames [count, frames, d] after the
 // final norm, and, unless the storage is `frames`, cross_kv [count, frames, layers · 2d] (every
 // decoder layer's K and V, layer l's K at 2d·l and its V d after), in the pass's element type or,
-// for INT8 storage, as int8 values with cross_kv_scales F32 [count, frames, layers · 2 · heads]
-// (layer l's K heads at 2·heads·l, its V heads after).
+// for INT8 storage, as int8 values with cross_kv_scales F32, each window group-major
+// (compute/cuda/kernels.h: group_major_strides): the head_dim values of a head for all frames
+// of a window in one run, [count, layers · 2 · heads, frames, head_dim] and scales
+// [count, layers · 2 · heads, frames] (layer l's K heads at 2·heads·l, its V heads after).
 struct EncodedBuffers {
   gpu::Buffer frames, cross_kv, cross_kv_scales;
   CrossKvStorage storage = CrossKvStorage::native;

@@ -32,15 +32,37 @@ std::optional<CrossKvStorage> requested_cross_kv_storage() {
   fail("HARK_CUDA_CROSS_KV is '", text, "': expected frames, native or int8");
 }
 
-// Rows the INT8 path's cross-K/V product computes at a time, at least: fewer would waste the
-// product's tiles (a batch of one window has 1500).
-constexpr int64_t kMinCrossKvChunkRows = 256;
-
 // Prompt tokens per window up to which a prompt attends over the frames like a step does, a pass
 // over the frames per token; a longer prompt computes each layer's K and V of its windows once,
 // then attends over them. Not tuned: the prompts of a batched decode have 3-4 tokens, those that
 // carry a previous window's text up to 224.
 constexpr int64_t kFramePromptRows = 16;
+
+// Decoder layer l's INT8 cross-attention K and V in the windows `cross` names: each window holds
+// its frames' K/V product [frames, layers · 2d] quantised group-major (kernels.h:
+// group_major_strides), groups of a head's values, so layer l's K heads are groups
+// [2l · heads, 2l · heads + heads) and its V heads the next `heads`.
+struct Int8Layer {
+  gpu::Int8Kv kv;
+  int head_dim = 0;
+};
+
+Int8Layer int8_layer(const Config& config, const CrossKv& cross, int l) {
+  const int64_t frames = config.max_source_positions, d = config.d_model;
+  const int heads = config.decoder_heads;
+  Int8Layer layer;
+  layer.head_dim = static_cast<int>(d / heads);
+  gpu::Int8Kv& kv = layer.kv;
+  kv.strides = gpu::group_major_strides(2 * d * config.decoder_layers, layer.head_dim, frames);
+  kv.strides.batch = cross.sequence_stride;
+  kv.strides.scale_batch = cross.scale_sequence_stride;
+  const int64_t first_group = int64_t{2} * heads * l;
+  kv.k = static_cast<const int8_t*>(cross.kv) + first_group * kv.strides.group_stride;
+  kv.v = kv.k + heads * kv.strides.group_stride;
+  kv.k_scales = cross.scales + first_group * kv.strides.scale_group_stride;
+  kv.v_scales = kv.k_scales + heads * kv.strides.scale_group_stride;
+  return layer;
+}
 
 bool frames_run(const Config& config, const Weights& w) {
   return !w.cross_kv.weight.q8_0 &&
@@ -114,8 +136,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
     pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
   }
   // Decoding the batch needs the memory more than a later encode needs these allocations, and the
-  // peak comes with the outputs: unless the scratch is small enough to keep, that of the layers
-  // goes first (s.hidden stays, for the INT8 path's product).
+  // peak comes with the outputs: unless the scratch is small enough to keep, it goes first.
   size_t scratch_bytes = 0;
   for (const gpu::Buffer* buffer : s.buffers()) scratch_bytes += buffer->bytes();
   s.kept = scratch_bytes <= EncoderBuffers::kKeptBytes;
@@ -127,6 +148,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
     s.h = {};
     s.qkv = {};
     s.context = {};
+    s.hidden = {};
   }
 
   pass.mark(storage == CrossKvStorage::frames ? "encoder final norm" : "cross-attention K/V");
@@ -145,22 +167,13 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
     pass.finish_stages();
     return;
   }
-  // INT8: the product goes through s.hidden a chunk of rows at a time, each chunk quantised from
-  // there, so no full copy in the element type is ever held.
+  // INT8: quantised as the product computes it (through s.hidden where the GPU cannot), each
+  // window group-major.
   const int head_dim = static_cast<int>(d / config.decoder_heads);
-  const int64_t scales_per_row = kv_width / head_dim;
   out.cross_kv = gpu::Buffer(rows * kv_width);
-  out.cross_kv_scales = gpu::Buffer(sizeof(float) * rows * scales_per_row);
-  const int64_t fitting_rows = static_cast<int64_t>(s.hidden.bytes() / pass.bytes(kv_width));
-  const int64_t chunk_rows = std::min(rows, std::max(fitting_rows, kMinCrossKvChunkRows));
-  s.hidden.reserve(pass.bytes(chunk_rows * kv_width));
-  for (int64_t first = 0; first < rows; first += chunk_rows) {
-    const int64_t chunk = std::min(chunk_rows, rows - first);
-    pass.linear(offset(out.frames.data(), first * d, e), chunk, w.cross_kv, s.hidden.data());
-    gpu::quantize_int8(e, s.hidden.data(), chunk, kv_width, head_dim,
-                       out.cross_kv.as<int8_t>() + first * kv_width,
-                       out.cross_kv_scales.as<float>() + first * scales_per_row, pass.stream());
-  }
+  out.cross_kv_scales = gpu::Buffer(sizeof(float) * rows * (kv_width / head_dim));
+  pass.quantized_linear(out.frames.data(), rows, w.cross_kv, head_dim, frames,
+                        out.cross_kv.as<int8_t>(), out.cross_kv_scales.as<float>(), s.hidden);
   pass.finish_stages();
 }
 
@@ -346,12 +359,10 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
       row_stride = 2 * d;
       sequence_stride = cross.sequence_stride == 0 ? 0 : frames * 2 * d;
     } else {
-      const int head_dim = static_cast<int>(d / heads);
-      const int64_t scales_per_row = kv_row / head_dim;
-      gpu::dequantize_int8(static_cast<const int8_t*>(cross.kv) + 2 * d * l, kv_row,
-                           cross.sequence_stride, cross.scales + 2 * heads * l, scales_per_row,
-                           cross.scale_sequence_stride, static_cast<int>(cross_windows), frames,
-                           2 * d, head_dim, e, s.cross.data(), pass.stream());
+      const Int8Layer layer = int8_layer(config, cross, l);
+      gpu::dequantize_int8(layer.kv.k, layer.kv.k_scales, layer.kv.strides,
+                           static_cast<int>(cross_windows), frames, 2 * d, layer.head_dim, e,
+                           s.cross.data(), pass.stream());
       keys = s.cross.data();
       row_stride = 2 * d;
       sequence_stride = cross.sequence_stride == 0 ? 0 : frames * 2 * d;
@@ -412,17 +423,9 @@ void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, 
                           w.decoder_scale, pass.stream());
     return;
   }
-  gpu::Int8Kv kv;
-  kv.k = static_cast<const int8_t*>(cross.kv) + 2 * d * l;
-  kv.v = kv.k + d;
-  kv.row_stride = kv_row;
-  kv.batch_stride = cross.sequence_stride;
-  kv.k_scales = cross.scales + 2 * heads * l;
-  kv.v_scales = kv.k_scales + heads;
-  kv.scale_row_stride = kv_row / head_dim;
-  kv.scale_batch_stride = cross.scale_sequence_stride;
-  gpu::decode_attention_int8(e, q, d, kv, cross_lengths, s.context.data(), d, batch, heads,
-                             head_dim, w.decoder_scale, pass.stream());
+  gpu::decode_attention_int8(e, q, d, int8_layer(config, cross, l).kv, cross_lengths,
+                             s.context.data(), d, batch, heads, head_dim, w.decoder_scale,
+                             pass.stream());
 }
 
 bool fused_step_fits(const Config& config, const Weights& w, int batch) {
