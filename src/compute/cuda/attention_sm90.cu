@@ -369,11 +369,7 @@ void flash_attention_sm90(Element e, const DenseAttention& a, cudaStream_t strea
         "elements, head_dim 64, no causal mask, 16-byte alignment; head_dim ",
         a.head_dim, ")");
   }
-  if (e == Element::bf16) {
-    launch<__nv_bfloat16>(a, e, stream);
-  } else {
-    launch<__half>(a, e, stream);
-  }
+  with_16_bit_type(e, [&](auto type) { launch<decltype(type)>(a, e, stream); });
 }
 
 }  // namespace hark::compute::cuda

@@ -62,6 +62,17 @@ void with_type(Element e, F&& f) {
   fail("CUDA kernels: unknown element type ", static_cast<int>(e));
 }
 
+// The same for kernels of 16-bit types only (their callers have refused F32 before).
+template <class F>
+void with_16_bit_type(Element e, F&& f) {
+  if (e == Element::f32) fail("CUDA kernels: a 16-bit kernel called for F32");
+  if (e == Element::bf16) {
+    f(__nv_bfloat16{});
+  } else {
+    f(__half{});
+  }
+}
+
 // ReLU that keeps NaN (as the CPU ops do) instead of turning it into 0.
 __device__ __forceinline__ float relu_value(float x) {
   return x < 0.0f ? 0.0f : x;

@@ -402,16 +402,6 @@ bool product_runs(Element e, int64_t m, int64_t k, int64_t n, const void* x, con
          (bias == nullptr || aligned(bias, 16));
 }
 
-// Calls f(T{}) with the 16-bit type of e.
-template <class F>
-void with_16_bit_type(Element e, const F& f) {
-  if (e == Element::bf16) {
-    f(__nv_bfloat16{});
-  } else {
-    f(__half{});
-  }
-}
-
 }  // namespace
 
 bool activation_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const void* x,

@@ -699,14 +699,13 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float (&acc)[k
   for (int i = 0; i < kValues; ++i) acc[i] = acc[i] * mine + other_acc[i] * theirs;
 }
 
-// Where a decode step's keys and values lie: position t of head h of sequence b at
-// k/v + b · batch + h · head + t · row (values). For INT8 also their scales, one per (position,
-// head), at k_scales/v_scales + b · scale_batch + h · scale_head + t · scale_row.
-struct KvStrides {
-  int64_t row = 0, head = 0, batch = 0;
+// Where a decode step's keys and values lie: position t of head h of sequence b at row t, group
+// h, block b of k and v in `strides` (kernels.h: Int8Strides), and for INT8 their scales, one per
+// (position, head), likewise in k_scales and v_scales.
+struct KvPlaces {
+  Int8Strides strides;
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
-  int64_t scale_row = 0, scale_head = 0, scale_batch = 0;
 };
 
 // INT8's 16 values a lane would take 168 registers, 3 CTAs an SM; held to 4 CTAs they fit in 128
@@ -714,7 +713,7 @@ struct KvStrides {
 template <class T, class Kv, bool kVector, int kDims>
 __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4 : 0)
     decode_attention_kernel(const T* __restrict__ q, int64_t q_stride, const Kv* __restrict__ k,
-                            const Kv* __restrict__ v, KvStrides kv,
+                            const Kv* __restrict__ v, KvPlaces kv,
                             const int32_t* __restrict__ lengths, T* __restrict__ out,
                             int64_t out_stride, int head_dim, int lanes_per_key_log2, float scale) {
   constexpr bool kInt8 = std::is_same_v<Kv, int8_t>;
@@ -743,9 +742,10 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
   const bool active = first_dim < head_dim;
 
   q += sequence * q_stride + head * head_dim + first_dim;
-  k += sequence * kv.batch + head * kv.head + first_dim;
-  v += sequence * kv.batch + head * kv.head + first_dim;
-  const int64_t scales_at = kInt8 ? sequence * kv.scale_batch + head * kv.scale_head : 0;
+  const Int8Strides& at = kv.strides;
+  k += sequence * at.batch + head * at.group_stride + first_dim;
+  v += sequence * at.batch + head * at.group_stride + first_dim;
+  const int64_t scales_at = kInt8 ? sequence * at.scale_batch + head * at.scale_group_stride : 0;
   const float* const k_scales = kv.k_scales + scales_at;
   const float* const v_scales = kv.v_scales + scales_at;
 
@@ -773,11 +773,11 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int key = min(first + slot + u * slots, end - 1);  // past the end: weight 0 below
-      round_keys[u] = load_chunk<kVector, kDims>(k + key * kv.row);
-      round_values[u] = load_chunk<kVector, kDims>(v + key * kv.row);
+      round_keys[u] = load_chunk<kVector, kDims>(k + key * at.row);
+      round_values[u] = load_chunk<kVector, kDims>(v + key * at.row);
       if constexpr (kInt8) {
-        round_key_scales[u] = k_scales[key * kv.scale_row];
-        round_value_scales[u] = v_scales[key * kv.scale_row];
+        round_key_scales[u] = k_scales[key * at.scale_row];
+        round_value_scales[u] = v_scales[key * at.scale_row];
       }
     }
   };
@@ -1072,9 +1072,8 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
 
 template <class T, class Kv, bool kVector, int kDims>
 void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv* v,
-                             const KvStrides& kv, const int32_t* lengths, T* out,
-                             int64_t out_stride, int batch, int heads, int head_dim, float scale,
-                             cudaStream_t stream) {
+                             const KvPlaces& kv, const int32_t* lengths, T* out, int64_t out_stride,
+                             int batch, int heads, int head_dim, float scale, cudaStream_t stream) {
   int lanes_per_key_log2 = 0;
   while ((kDims << lanes_per_key_log2) < head_dim) ++lanes_per_key_log2;
   // Split keys only while (sequence, head) pairs alone leave the GPU idle.
@@ -1090,14 +1089,15 @@ void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv
 // T: the queries' and the output's type; Kv: the keys' and values' (T, or int8_t with scales).
 template <class T, class Kv>
 void dispatch_decode_attention(const void* q, int64_t q_stride, const void* k, const void* v,
-                               const KvStrides& kv, const int32_t* lengths, void* out,
+                               const KvPlaces& kv, const int32_t* lengths, void* out,
                                int64_t out_stride, int batch, int heads, int head_dim, float scale,
                                cudaStream_t stream) {
   // Whether keys and values move in whole vectors of `bytes` (whole chunks of values a lane).
   const auto vectors_of = [&](size_t bytes) {
     const int64_t values = static_cast<int64_t>(bytes / sizeof(Kv));
-    return aligned(k, bytes) && aligned(v, bytes) && kv.row % values == 0 &&
-           kv.head % values == 0 && kv.batch % values == 0 && head_dim % values == 0;
+    const Int8Strides& at = kv.strides;
+    return aligned(k, bytes) && aligned(v, bytes) && at.row % values == 0 &&
+           at.group_stride % values == 0 && at.batch % values == 0 && head_dim % values == 0;
   };
   auto launch = [&](auto kernel_vector, auto dims) {
     launch_decode_attention<T, Kv, decltype(kernel_vector)::value, decltype(dims)::value>(
@@ -1204,10 +1204,10 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
                       void* out, int64_t out_stride, int batch, int heads, int head_dim,
                       float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0) return;
-  KvStrides kv;
-  kv.row = kv_row_stride;
-  kv.head = head_dim;
-  kv.batch = kv_batch_stride;
+  KvPlaces kv;
+  kv.strides.row = kv_row_stride;
+  kv.strides.group_stride = head_dim;
+  kv.strides.batch = kv_batch_stride;
   with_type(e, [&](auto zero) {
     using T = decltype(zero);
     dispatch_decode_attention<T, T>(q, q_stride, k, v, kv, lengths, out, out_stride, batch, heads,
@@ -1219,13 +1219,11 @@ void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int
                            const int32_t* lengths, void* out, int64_t out_stride, int batch,
                            int heads, int head_dim, float scale, cudaStream_t stream) {
   if (batch <= 0 || heads <= 0) return;
-  const Int8Strides& s = kv.strides;
-  const KvStrides strides{s.row,       s.group_stride,       s.batch,      kv.k_scales, kv.v_scales,
-                          s.scale_row, s.scale_group_stride, s.scale_batch};
+  const KvPlaces places{kv.strides, kv.k_scales, kv.v_scales};
   with_type(e, [&](auto zero) {
-    dispatch_decode_attention<decltype(zero), int8_t>(q, q_stride, kv.k, kv.v, strides, lengths,
-                                                      out, out_stride, batch, heads, head_dim,
-                                                      scale, stream);
+    dispatch_decode_attention<decltype(zero), int8_t>(q, q_stride, kv.k, kv.v, places, lengths, out,
+                                                      out_stride, batch, heads, head_dim, scale,
+                                                      stream);
   });
 }
 
