@@ -9,7 +9,8 @@
 # with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3), nsys (Nsight Systems' kernel
 # table for the Parakeet batch, where nsys is installed), ncu (Nsight Compute: every kernel of
 # the runs hark bench brackets, large-v3 batch 1, 16 and 64 and the Parakeet batch, summed by name
-# by bench/ncu_summary.py). Default: the first four. Full logs go
+# by bench/ncu_summary.py), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
+# HARK_NCU_RUN; see the stage). Default: the first four. Full logs go
 # to OUT_DIR; a short summary is printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
 set -uo pipefail
@@ -154,6 +155,25 @@ if has ncu; then
     echo "-- $name (exit $?)" >> "$summary"
     python3 bench/ncu_summary.py "$out/ncu-$name.csv" 30 >> "$summary" 2>&1
   done
+fi
+
+if has sections; then
+  # Why one kernel runs as fast as it does: Nsight Compute's throughput, scheduler, warp-state and
+  # occupancy sections for the first launch whose demangled name matches HARK_NCU_KERNEL (a
+  # regex; default the INT8 cross-attention of a decode step), in the runs hark bench brackets
+  # with the arguments HARK_NCU_RUN (default large-v3 at batch 64; INT8 K/V unless the
+  # environment's HARK_CUDA_CROSS_KV says otherwise).
+  echo "== Nsight Compute: sections of one kernel" | tee -a "$summary"
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  kernel=${HARK_NCU_KERNEL:-decode_attention_kernel<__half, signed char}
+  run=${HARK_NCU_RUN:---model large-v3 --type f16 --batches 64 --tokens 3 --windows 1}
+  HARK_CUDA_CROSS_KV=${HARK_CUDA_CROSS_KV:-int8} timeout 400 "$ncu" --profile-from-start off \
+    --clock-control none --kernel-name-base demangled --kernel-name "regex:$kernel" \
+    --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
+    --section Occupancy "$build/hark" bench --device cuda $run > "$out/sections.log" 2>&1
+  echo "-- $kernel in: $run (exit $?)" >> "$summary"
+  grep -E "^  [^ ].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Achieved Active Warps|Block Limit" \
+    "$out/sections.log" | cut -c1-160 >> "$summary"
 fi
 
 if has transformers; then
