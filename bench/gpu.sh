@@ -34,6 +34,7 @@ summary="$out/summary.txt"
 : > "$summary"
 
 has() { [[ " $stages " == *" $1 "* ]]; }
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)  # the ncu and sections stages
 
 if has parakeet-oracle; then
   echo "== Parakeet oracle (transformers references)" | tee -a "$summary"
@@ -139,7 +140,6 @@ if has ncu; then
   # Every kernel of the runs hark bench brackets (cudaProfilerStart/Stop: the last timed runs),
   # timed alone by Nsight Compute at the GPU's own clocks; a table per run by bench/ncu_summary.py.
   echo "== Nsight Compute: kernel times (bracketed runs of hark bench)" | tee -a "$summary"
-  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   for run in "whisper-b1 --model large-v3 --type f16 --batches 1 --tokens 3 --windows 1" \
              "whisper-b16 --model large-v3 --type f16 --batches 16 --tokens 3 --windows 1" \
              "whisper-b64 --model large-v3 --type f16 --batches 64 --tokens 3 --windows 1" \
@@ -164,7 +164,6 @@ if has sections; then
   # with the arguments HARK_NCU_RUN (default large-v3 at batch 64; INT8 K/V unless the
   # environment's HARK_CUDA_CROSS_KV says otherwise).
   echo "== Nsight Compute: sections of one kernel" | tee -a "$summary"
-  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   kernel=${HARK_NCU_KERNEL:-decode_attention_kernel<__half, signed char}
   run=${HARK_NCU_RUN:---model large-v3 --type f16 --batches 64 --tokens 3 --windows 1}
   HARK_CUDA_CROSS_KV=${HARK_CUDA_CROSS_KV:-int8} timeout 400 "$ncu" --profile-from-start off \
