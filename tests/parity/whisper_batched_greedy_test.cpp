@@ -71,6 +71,29 @@ INSTANTIATE_TEST_SUITE_P(Types, WhisperCudaAgainstCpu,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// A batch of up to 3 windows replays its encoder layers as a CUDA Graph from the second call
+// with the same buffers on: the replay must compute what the eager launches compute, for a new
+// input too (the graph reads the buffers, not what they held at its capture).
+TEST(WhisperCudaEncoder, ReplayedLayersMatchEagerOnes) {
+  if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
+  const Pair models = load_pair("tiny-random-large-v3", DType::F32);
+  const Config& config = models.cpu->config();
+  const std::vector<float> first = testing::three_windows(config.n_mels);
+  // The same windows in another order: another input of the same shape.
+  const size_t window = first.size() / 3;
+  std::vector<float> second(first.begin() + window, first.end());
+  second.insert(second.end(), first.begin(), first.begin() + window);
+  models.cuda->encode_batch(first, 3);  // eager
+  models.cuda->encode_batch(first, 3);  // captured, then launched
+  const auto replayed = models.cuda->encode_batch(second, 3);
+  const testing::ScopedEnv eager("HARK_CUDA_ENCODER_GRAPH", "0");
+  const auto expected = models.cuda->encode_batch(second, 3);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("window " + std::to_string(i));
+    EXPECT_EQ(relative_error(replayed[i]->frames(), expected[i]->frames()), 0.0);
+  }
+}
+
 // F32 on both sides, so the greedy choices must agree token for token.
 TEST(WhisperCudaBatchedGreedy, MatchesDecodeWindowOnTheCpu) {
   if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();

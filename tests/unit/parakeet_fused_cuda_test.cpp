@@ -1,8 +1,8 @@
 // The Parakeet encoder with its feed-forward modules' SiLU in the product's epilogue (Hopper,
 // compute/cuda/gemm_sm90.h) against the same encoder in F32 and with cuBLASLt's product and the
 // separate SiLU kernel: the transformers references are too small to take that path (it needs
-// 1024 rows and a hidden width that is a multiple of 256), so two layers of the real 0.6B
-// configuration with random weights, on a batch of 1250 encoder rows, all three in one process.
+// 2048 rows and a hidden width that is a multiple of 256), so two layers of the real 0.6B
+// configuration with random weights, on a batch of 2500 encoder rows, all three in one process.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -27,7 +27,7 @@ namespace {
 TEST(ParakeetFusedCuda, FeedForwardWithSiluInTheProductIsAsCloseToF32AsTheSeparateKernel) {
   namespace gpu = hark::compute::cuda;
   if (!gpu::available()) GTEST_SKIP() << "no GPU: " << gpu::describe();
-  if (!gpu::activation_linear_runs(gpu::Element::bf16, 1024, 1024, 4096, nullptr, nullptr, nullptr,
+  if (!gpu::activation_linear_runs(gpu::Element::bf16, 2048, 1024, 4096, nullptr, nullptr, nullptr,
                                    nullptr)) {
     GTEST_SKIP() << "not a compute capability 9.0 GPU: " << gpu::describe();
   }
@@ -42,8 +42,8 @@ TEST(ParakeetFusedCuda, FeedForwardWithSiluInTheProductIsAsCloseToF32AsTheSepara
   };
   const std::unique_ptr<Model> f32 = load(DType::F32), bf16 = load(DType::BF16);
 
-  // Five utterances of 20 s: 5 · 250 = 1250 encoder rows, packed.
-  std::vector<std::vector<float>> clips(5, std::vector<float>(20 * 16000));
+  // Ten utterances of 20 s: 10 · 250 = 2500 encoder rows, packed.
+  std::vector<std::vector<float>> clips(10, std::vector<float>(20 * 16000));
   for (size_t i = 0; i < clips.size(); ++i) {
     SplitMix64 random(100 + i);
     for (float& value : clips[i]) value = 0.17f * random.uniform();

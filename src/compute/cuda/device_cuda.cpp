@@ -17,6 +17,11 @@ namespace {
 // upload_from's pieces: large enough that a copy's fixed cost is small, small enough that the
 // first copies start while most of the memory is still being copied in.
 constexpr size_t kUploadPieceBytes = size_t{1} << 20;
+// Uploads up to this size (a window or two of Whisper's mel) go in smaller pieces on the calling
+// thread, each copy queued as soon as its piece is in: for them, waking a team of threads costs
+// more than it saves.
+constexpr size_t kSerialUploadBytes = size_t{8} << 20;
+constexpr size_t kSerialPieceBytes = size_t{256} << 10;
 
 std::atomic<size_t> in_use{0}, peak{0};
 
@@ -161,12 +166,14 @@ void StagingBuffer::upload_from(const void* host, size_t bytes, void* device, cu
   auto* staged = static_cast<uint8_t*>(prepare(bytes));
   const auto* source = static_cast<const uint8_t*>(host);
   auto* target = static_cast<uint8_t*>(device);
-  const auto pieces = static_cast<int64_t>((bytes + kUploadPieceBytes - 1) / kUploadPieceBytes);
+  const bool serial = bytes <= kSerialUploadBytes;
+  const size_t piece_bytes = serial ? kSerialPieceBytes : kUploadPieceBytes;
+  const auto pieces = static_cast<int64_t>((bytes + piece_bytes - 1) / piece_bytes);
   std::exception_ptr failure;  // exceptions cannot leave the parallel loop
-#pragma omp parallel for schedule(dynamic, 1) if (pieces > 1)
+#pragma omp parallel for schedule(dynamic, 1) if (!serial && pieces > 1)
   for (int64_t piece = 0; piece < pieces; ++piece) {
-    const size_t begin = static_cast<size_t>(piece) * kUploadPieceBytes;
-    const size_t size = std::min(kUploadPieceBytes, bytes - begin);
+    const size_t begin = static_cast<size_t>(piece) * piece_bytes;
+    const size_t size = std::min(piece_bytes, bytes - begin);
     std::memcpy(staged + begin, source + begin, size);
     try {
       upload_part(begin, size, target + begin, stream);

@@ -20,9 +20,15 @@ struct Product {
   Activation act;
 };
 
-// The first product of a feed-forward module, over the rows of a benchmark batch.
+// The first product of a feed-forward module, over the rows of a benchmark batch; Whisper's at
+// the batches where the choice between the two ways changes (pass_cuda.cpp:
+// kEpilogueActivationRows).
 constexpr Product kProducts[] = {
     {"parakeet 0.6b/1.1b fc1, 64 x 20 s", 64 * 250, 1024, 4096, Activation::silu},
+    {"whisper large-v3 encoder fc1, 1 window", 1500, 1280, 5120, Activation::gelu},
+    {"whisper large-v3 encoder fc1, 2 windows", 2 * 1500, 1280, 5120, Activation::gelu},
+    {"whisper large-v3 encoder fc1, 4 windows", 4 * 1500, 1280, 5120, Activation::gelu},
+    {"whisper large-v3 encoder fc1, 8 windows", 8 * 1500, 1280, 5120, Activation::gelu},
     {"whisper large-v3 encoder fc1, 16 windows", 16 * 1500, 1280, 5120, Activation::gelu},
 };
 

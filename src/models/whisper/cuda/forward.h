@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "compute/cuda/graph.h"
 #include "models/whisper/cuda/weights.h"
 
 namespace hark::whisper::cuda {
@@ -19,7 +20,8 @@ namespace hark::whisper::cuda {
 struct EncoderBuffers {
   gpu::Buffer mel, time_major, unfolded, conv1, x, h, qkv, context, hidden;
   gpu::StagingBuffer staging;
-  bool kept = false;  // set by encode()
+  gpu::ReplayedGraph layers;  // the layers of a small batch (forward_cuda.cpp)
+  bool kept = false;          // set by encode()
 
   static constexpr size_t kKeptBytes = size_t{256} << 20;
   std::array<gpu::Buffer*, 9> buffers() {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "base/error.h"
 
@@ -30,6 +31,18 @@ std::optional<CrossKvStorage> requested_cross_kv_storage() {
   if (name == "native") return CrossKvStorage::native;
   if (name == "frames") return CrossKvStorage::frames;
   fail("HARK_CUDA_CROSS_KV is '", text, "': expected frames, native or int8");
+}
+
+// Encoder rows (3 windows) up to which encode() replays its layers as a graph: the batches whose
+// scratch stays from one call to the next (EncoderBuffers::kKeptBytes), so that the addresses the
+// graph holds stay too.
+constexpr int64_t kReplayedEncoderRows = 3 * 1500;
+
+// HARK_CUDA_ENCODER_GRAPH=0 runs them eagerly (to compare; read at each call, so that a test can
+// run both ways in one process).
+bool encoder_graph_enabled() {
+  const char* value = std::getenv("HARK_CUDA_ENCODER_GRAPH");
+  return value == nullptr || value[0] != '0';
 }
 
 // Prompt tokens per window up to which a prompt attends over the frames like a step does, a pass
@@ -119,21 +132,37 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   s.context.reserve(pass.bytes(rows * d));
   s.hidden.reserve(pass.bytes(rows * config.encoder_ffn));
   const int heads = config.encoder_heads;
-  for (const EncoderLayer& layer : w.encoder_layers) {
-    pass.mark("encoder attention projections");
-    pass.layer_norm(s.x.data(), rows, layer.attention_norm, d, s.h.data());
-    pass.linear(s.h.data(), rows, layer.qkv, s.qkv.data());
-    const void* q = s.qkv.data();
-    pass.mark("encoder attention");
-    gpu::attention(e, q, 3 * d, frames * 3 * d, offset(q, d, e), offset(q, 2 * d, e), 3 * d,
-                   frames * 3 * d, s.context.data(), d, frames * d, count, heads, d / heads, frames,
-                   frames, w.encoder_scale, /*causal=*/false, pass.stream());
-    pass.mark("encoder attention projections");
-    pass.linear(s.context.data(), rows, layer.out, s.x.data(), s.x.data());
-    pass.mark("encoder feed-forward");
-    pass.layer_norm(s.x.data(), rows, layer.ffn_norm, d, s.h.data());
-    pass.activation_linear(s.h.data(), rows, layer.fc1, gpu::Activation::gelu, s.hidden.data());
-    pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
+  auto encoder_layers = [&] {
+    for (const EncoderLayer& layer : w.encoder_layers) {
+      pass.mark("encoder attention projections");
+      pass.layer_norm(s.x.data(), rows, layer.attention_norm, d, s.h.data());
+      pass.linear(s.h.data(), rows, layer.qkv, s.qkv.data());
+      const void* q = s.qkv.data();
+      pass.mark("encoder attention");
+      gpu::attention(e, q, 3 * d, frames * 3 * d, offset(q, d, e), offset(q, 2 * d, e), 3 * d,
+                     frames * 3 * d, s.context.data(), d, frames * d, count, heads, d / heads,
+                     frames, frames, w.encoder_scale, /*causal=*/false, pass.stream());
+      pass.mark("encoder attention projections");
+      pass.linear(s.context.data(), rows, layer.out, s.x.data(), s.x.data());
+      pass.mark("encoder feed-forward");
+      pass.layer_norm(s.x.data(), rows, layer.ffn_norm, d, s.h.data());
+      pass.activation_linear(s.h.data(), rows, layer.fc1, gpu::Activation::gelu, s.hidden.data());
+      pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
+    }
+  };
+  // A small batch replays its layers as a graph: ~7 launches a layer, each at most a few dozen
+  // microseconds of work, whose gaps add up. The key names the shapes and every buffer the layers
+  // read or write (the weights are the model's, at fixed addresses).
+  if (rows <= kReplayedEncoderRows && encoder_graph_enabled()) {
+    std::vector<int64_t> key = pass.scratch_key();
+    for (const gpu::Buffer* buffer : {&s.x, &s.h, &s.qkv, &s.context, &s.hidden}) {
+      key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(buffer->data())));
+    }
+    key.push_back(count);
+    pass.mark("encoder layers (replayed graph)");
+    s.layers.run(std::move(key), pass.stream(), encoder_layers);
+  } else {
+    encoder_layers();
   }
   // Decoding the batch needs the memory more than a later encode needs these allocations, and the
   // peak comes with the outputs: unless the scratch is small enough to keep, it goes first.
