@@ -274,6 +274,7 @@ struct DecodeCase {
   int64_t capacity;              // cache rows per sequence
   bool shared_kv = false;        // kv_batch_stride 0
   int64_t row_padding = 0;       // extra values per row (odd: unaligned rows)
+  int queries = 1;               // query rows per sequence (a prompt's tokens; INT8 only)
 };
 
 // Runs launch(stream) once and compares the result for `initial` lengths, or with graph_steps
@@ -307,20 +308,23 @@ void run_decode(const Launch& launch, const Buffer& lengths, const std::vector<i
   cudaGraphDestroy(graph);
 }
 
-// Compares the attention output of each sequence and head (got: one row of `out_row` values per
-// sequence) with the double-precision reference over q, k and v at `lengths`.
+// Compares the attention output of each query of each sequence and head (got: one row of
+// `out_row` values per query, c.queries per sequence) with the double-precision reference over
+// q, k and v at `lengths`.
 void expect_decode_output(const std::vector<float>& got, int64_t out_row, const HostRows& q_rows,
                           const HostRows& k_rows, const HostRows& v_rows, const DecodeCase& c,
                           const std::vector<int32_t>& lengths, double scale, double tolerance) {
   Comparison comparison;
   for (int b = 0; b < static_cast<int>(lengths.size()); ++b) {
-    for (int h = 0; h < c.heads; ++h) {
-      const std::vector<double> want =
-          reference_row(q_rows, k_rows, v_rows, b, 0, h, c.head_dim, lengths[b], scale);
-      for (int d = 0; d < c.head_dim; ++d) {
-        comparison.add(
-            got[b * out_row + h * c.head_dim + d], want[d],
-            "b " + std::to_string(b) + " h " + std::to_string(h) + " d " + std::to_string(d));
+    for (int i = 0; i < c.queries; ++i) {
+      for (int h = 0; h < c.heads; ++h) {
+        const std::vector<double> want =
+            reference_row(q_rows, k_rows, v_rows, b, i, h, c.head_dim, lengths[b], scale);
+        for (int d = 0; d < c.head_dim; ++d) {
+          comparison.add(got[(b * c.queries + i) * out_row + h * c.head_dim + d], want[d],
+                         "b " + std::to_string(b) + " i " + std::to_string(i) + " h " +
+                             std::to_string(h) + " d " + std::to_string(d));
+        }
       }
     }
   }
@@ -565,8 +569,9 @@ void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
   SCOPED_TRACE(std::string(element_name(e)) + " batch " + std::to_string(batch) + " heads " +
                std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) +
                (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding) +
-               (group_major ? " group-major" : " rows"));
+               (group_major ? " group-major" : " rows") + " queries " + std::to_string(c.queries));
   const int64_t width = int64_t{c.heads} * c.head_dim;
+  const int query_rows = batch * c.queries;
   Int8Strides strides;
   if (group_major) {
     strides.row = c.head_dim + c.row_padding;
@@ -593,7 +598,7 @@ void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
     return b * strides.scale_batch + g * strides.scale_group_stride + t * strides.scale_row;
   };
 
-  const DeviceArray q = random_array(e, batch * width, 31, 1.5f);
+  const DeviceArray q = random_array(e, query_rows * width, 31, 1.5f);
   std::mt19937 rng(32);
   std::uniform_int_distribution<int> level(-127, 127);
   std::uniform_real_distribution<float> magnitude(0.002f, 0.02f);
@@ -614,7 +619,7 @@ void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
     }
   }
   const Buffer values_device = upload_vector(values), scales_device = upload_vector(scales);
-  const DeviceArray out = upload_values(e, std::vector<float>(batch * width, 0.0f));
+  const DeviceArray out = upload_values(e, std::vector<float>(query_rows * width, 0.0f));
   Buffer lengths = upload_ints(c.lengths);
 
   // The dequantised keys and values [kv_batches, capacity, width].
@@ -641,12 +646,13 @@ void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
   if (c.shared_kv) kv.strides.batch = kv.strides.scale_batch = 0;
   const auto launch = [&](cudaStream_t stream) {
     decode_attention_int8(e, q.buffer.data(), width, kv, lengths.as<int32_t>(), out.buffer.data(),
-                          width, batch, c.heads, c.head_dim, static_cast<float>(scale), stream);
+                          width, query_rows, c.heads, c.head_dim, static_cast<float>(scale), stream,
+                          c.queries);
   };
   const auto compare = [&](const std::vector<int32_t>& step_lengths) {
-    const std::vector<float> got = read_back(e, out.buffer, batch * width);
+    const std::vector<float> got = read_back(e, out.buffer, query_rows * width);
     const int64_t dense_batch = c.shared_kv ? 0 : c.capacity * width;
-    const HostRows q_rows{&q.values, 0, 0, width};
+    const HostRows q_rows{&q.values, 0, width, c.queries * width};
     const HostRows k_rows{&keys, 0, width, dense_batch}, v_rows{&kv_values, 0, width, dense_batch};
     expect_decode_output(got, width, q_rows, k_rows, v_rows, c, step_lengths, scale,
                          int8_tolerance(e));
@@ -697,6 +703,16 @@ TEST(DecodeAttentionInt8Cuda, OtherHeadDimsAndUnalignedRows) {
     check_decode_int8_layouts(e, {2, 24, {5, 200}, 256});
     check_decode_int8_layouts(e, {2, 64, {5, 200}, 256, false, 1});
     check_decode_int8_layouts(e, {3, 24, {1500, 1500}, 1500, true, 3});
+  }
+}
+
+// A prompt's tokens: several query rows over each sequence's keys and values.
+TEST(DecodeAttentionInt8Cuda, SeveralQueriesPerSequence) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : kElements) {
+    check_decode_int8_layouts(e, {20, 64, {1500, 7, 1500}, 1500, false, 0, 4});
+    check_decode_int8_layouts(e, {3, 24, {1500, 1500}, 1500, true, 3, 3});
   }
 }
 

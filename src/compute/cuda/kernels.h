@@ -180,9 +180,13 @@ struct Int8Kv {
 
 // decode_attention over INT8 keys and values (one scale per position and head): the same
 // queries, lengths, output and launch shape, the values dequantised in registers, F32 math.
+// With queries_per_sequence P > 1, `batch` counts query rows, a multiple of P, and rows
+// b · P … b · P + P − 1 attend over sequence b's keys and values, lengths[b] of them (a prompt's
+// tokens over their window's cross-attention K/V).
 void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int8Kv& kv,
                            const int32_t* lengths, void* out, int64_t out_stride, int batch,
-                           int heads, int head_dim, float scale, cudaStream_t stream);
+                           int heads, int head_dim, float scale, cudaStream_t stream,
+                           int queries_per_sequence = 1);
 
 // K/V cache append: for b < batch and t < steps, cache row positions[b] + t of sequence b
 // (k_cache/v_cache + b · cache_batch_stride + (positions[b] + t) · width) = row t of new_k/new_v
@@ -256,6 +260,11 @@ struct GreedyState {
 // nothing else changes.
 void greedy_step(const GreedyRules& rules, float* logits, int batch, GreedyState state,
                  int32_t* next_tokens, cudaStream_t stream);
+
+// out[r] = softmax(logits[r, :vocab])[token] for r < rows (F32 rows row_stride apart), the
+// log-sum-exp summed in double as the CPU search does (Whisper's no-speech probability).
+void token_probability(const float* logits, int64_t row_stride, int rows, int vocab, int token,
+                       float* out, cudaStream_t stream);
 
 // ---- kernels_decode.cu ------------------------------------------------------------------------
 

@@ -706,6 +706,7 @@ struct KvPlaces {
   Int8Strides strides;
   const float* k_scales = nullptr;
   const float* v_scales = nullptr;
+  int queries_per_sequence = 1;  // query rows b · this … (b + 1) · this − 1 read sequence b
 };
 
 // INT8's 16 values a lane would take 168 registers, 3 CTAs an SM; held to 4 CTAs they fit in 128
@@ -728,7 +729,8 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
   allow_dependent_kernels();
   wait_for_prerequisite_kernels();
   const int splits = gridDim.x, split = blockIdx.x;
-  const int head = blockIdx.y, sequence = blockIdx.z;
+  const int head = blockIdx.y, query_row = blockIdx.z;
+  const int sequence = query_row / kv.queries_per_sequence;
   const int length = max(lengths[sequence], 0);
   const int chunk = (length + splits - 1) / splits;
   const int begin = min(length, split * chunk), end = min(length, begin + chunk);
@@ -741,7 +743,7 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
   const int first_dim = part * kDims;
   const bool active = first_dim < head_dim;
 
-  q += sequence * q_stride + head * head_dim + first_dim;
+  q += query_row * q_stride + head * head_dim + first_dim;
   const Int8Strides& at = kv.strides;
   k += sequence * at.batch + head * at.group_stride + first_dim;
   v += sequence * at.batch + head * at.group_stride + first_dim;
@@ -855,7 +857,7 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
     block_l += warp_sums[w] * weight;
     if (thread < head_dim) block_acc += warp_outputs[w][thread] * weight;
   }
-  T* const target = out + sequence * out_stride + head * head_dim;
+  T* const target = out + query_row * out_stride + head * head_dim;
   if (splits == 1) {
     if (thread < head_dim) target[thread] = from_float<T>(block_l > 0.0f ? block_acc / block_l : 0);
     return;
@@ -1217,9 +1219,14 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
 
 void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int8Kv& kv,
                            const int32_t* lengths, void* out, int64_t out_stride, int batch,
-                           int heads, int head_dim, float scale, cudaStream_t stream) {
+                           int heads, int head_dim, float scale, cudaStream_t stream,
+                           int queries_per_sequence) {
   if (batch <= 0 || heads <= 0) return;
-  const KvPlaces places{kv.strides, kv.k_scales, kv.v_scales};
+  if (queries_per_sequence < 1 || batch % queries_per_sequence != 0) {
+    fail("decode_attention_int8: ", batch, " query rows are not a multiple of ",
+         queries_per_sequence, " queries per sequence");
+  }
+  const KvPlaces places{kv.strides, kv.k_scales, kv.v_scales, queries_per_sequence};
   with_type(e, [&](auto zero) {
     dispatch_decode_attention<decltype(zero), int8_t>(q, q_stride, kv.k, kv.v, places, lengths, out,
                                                       out_stride, batch, heads, head_dim, scale,

@@ -369,7 +369,60 @@ __global__ void __launch_bounds__(kThreads, 2) __cluster_dims__(kClusterBlocks, 
   }
 }
 
+// ---- token_probability ------------------------------------------------------------------------
+
+constexpr int kProbabilityThreads = 512;
+
+// One block a row: the row's maximum, then Σ exp(score − maximum) in double, as the CPU search
+// computes its log-sum-exp (models/whisper/search.cpp), then p = exp(score[token] − that).
+__global__ void __launch_bounds__(kProbabilityThreads)
+    token_probability_kernel(const float* __restrict__ logits, int64_t row_stride, int vocab,
+                             int token, float* __restrict__ out) {
+  __shared__ float maxima[kProbabilityThreads / 32];
+  __shared__ double sums[kProbabilityThreads / 32];
+  const float* row = logits + blockIdx.x * row_stride;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  constexpr int warps = kProbabilityThreads / 32;
+
+  float top = kBanned;
+  for (int i = threadIdx.x; i < vocab; i += kProbabilityThreads) top = fmaxf(top, row[i]);
+  top = warp_max(top);
+  if (lane == 0) maxima[warp] = top;
+  __syncthreads();
+  top = maxima[0];
+  for (int w = 1; w < warps; ++w) top = fmaxf(top, maxima[w]);
+  if (top == kBanned) {  // every score banned: no probability mass anywhere
+    if (threadIdx.x == 0) out[blockIdx.x] = 0.0f;
+    return;
+  }
+
+  double sum = 0.0;
+  for (int i = threadIdx.x; i < vocab; i += kProbabilityThreads) {
+    sum += exp(static_cast<double>(row[i]) - top);
+  }
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(kFullWarp, sum, offset);
+  if (lane == 0) sums[warp] = sum;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  double total = 0.0;
+  for (int w = 0; w < warps; ++w) total += sums[w];
+  const double log_sum_exp = top + log(total);
+  out[blockIdx.x] = static_cast<float>(exp(static_cast<double>(row[token]) - log_sum_exp));
+}
+
 }  // namespace
+
+void token_probability(const float* logits, int64_t row_stride, int rows, int vocab, int token,
+                       float* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (vocab <= 0 || token < 0 || token >= vocab) {
+    fail("token_probability: token ", token, " outside a vocabulary of ", vocab);
+  }
+  token_probability_kernel<<<static_cast<unsigned>(rows), kProbabilityThreads, 0, stream>>>(
+      logits, row_stride, vocab, token, out);
+  check_launch("token_probability");
+}
 
 void greedy_step(const GreedyRules& rules, float* logits, int batch, GreedyState state,
                  int32_t* next_tokens, cudaStream_t stream) {

@@ -111,6 +111,7 @@ CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& 
 struct DecoderBuffers {
   gpu::Buffer x, h, qkv, context, q, hidden;
   gpu::Buffer cross;  // one layer's cross K/V for a prompt: INT8 dequantised, or from the frames
+  gpu::Buffer cross_lengths;       // a short prompt over INT8 K/V: each window's frames
   gpu::Buffer absorbed, attended;  // frames storage: [rows, heads, d] before and after attending
 };
 

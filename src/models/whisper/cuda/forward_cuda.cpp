@@ -45,11 +45,14 @@ bool encoder_graph_enabled() {
   return value == nullptr || value[0] != '0';
 }
 
-// Prompt tokens per window up to which a prompt attends over the frames like a step does, a pass
-// over the frames per token; a longer prompt computes each layer's K and V of its windows once,
-// then attends over them. Not tuned: the prompts of a batched decode have 3-4 tokens, those that
-// carry a previous window's text up to 224.
-constexpr int64_t kFramePromptRows = 16;
+// Prompt tokens per window up to which a prompt's cross-attention runs like a step's, each token
+// a query row of the step's kernel (over the frames, or over the INT8 K/V as stored), a pass over
+// its window's K/V per token (the tokens of a window run side by side, and mostly share that pass
+// in L2); a longer prompt has each layer's K and V of its windows in the element type first
+// (from the frames, or dequantised) and runs the flash attention over them. Not tuned: the
+// prompts of a batched decode have 3-4 tokens, those that carry a previous window's text up to
+// 224.
+constexpr int64_t kStepLikePromptRows = 16;
 
 // Decoder layer l's INT8 cross-attention K and V in the windows `cross` names: each window holds
 // its frames' K/V product [frames, layers · 2d] quantised group-major (kernels.h:
@@ -355,7 +358,9 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
   const int64_t frames = config.max_source_positions, kv_row = 2 * d * config.decoder_layers;
   const int heads = config.decoder_heads;
   const bool frames_storage = cross.storage == CrossKvStorage::frames;
-  const bool prompt_over_frames = frames_storage && steps <= kFramePromptRows;
+  const bool prompt_over_frames = frames_storage && steps <= kStepLikePromptRows;
+  const bool prompt_over_int8 =
+      cross.storage == CrossKvStorage::int8 && steps <= kStepLikePromptRows;
   reserve_decoder(pass, config, rows, prompt_over_frames ? rows : 0, s);
   gpu::embed(e, w.tokens.data.data(), w.tokens.q8_0, w.decoder_positions.data(), ids, position_ids,
              rows, d, s.x.data(), pass.stream());
@@ -367,15 +372,27 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
                    caches.sequence_stride(), s.context.data(), d, steps * d, batch, heads,
                    d / heads, steps, past + steps, w.decoder_scale, /*causal=*/true, pass.stream());
   };
-  // INT8 cross K/V: each layer's K and V of the windows read are dequantised into s.cross
-  // [windows, frames, 2d] for the attention (a prompt's few tokens, so this costs little). A long
-  // prompt over frames computes them there from the frames.
+  // A long prompt over INT8 K/V has each layer's K and V of the windows read dequantised into
+  // s.cross [windows, frames, 2d] for the flash attention; over frames, computed there from them.
   const int64_t cross_windows = cross.sequence_stride == 0 ? 1 : batch;
-  if (cross.storage == CrossKvStorage::int8 || (frames_storage && !prompt_over_frames)) {
+  if ((cross.storage == CrossKvStorage::int8 && !prompt_over_int8) ||
+      (frames_storage && !prompt_over_frames)) {
     s.cross.reserve(pass.bytes(cross_windows * frames * 2 * d));
+  }
+  // A short one over INT8 K/V reads them as stored, as a step does: every window's length.
+  if (prompt_over_int8) {
+    s.cross_lengths.reserve(sizeof(int32_t) * batch);
+    const std::vector<int32_t> lengths(batch, static_cast<int32_t>(frames));
+    gpu::upload(lengths.data(), sizeof(int32_t) * lengths.size(), s.cross_lengths.data(),
+                pass.stream());
   }
   auto cross_attend = [&](int l, const void* q) {
     if (prompt_over_frames) return attend_frames(pass, config, w, l, q, rows, steps, cross, s);
+    if (prompt_over_int8) {
+      return gpu::decode_attention_int8(
+          e, q, d, int8_layer(config, cross, l).kv, s.cross_lengths.as<int32_t>(), s.context.data(),
+          d, static_cast<int>(rows), heads, d / heads, w.decoder_scale, pass.stream(), steps);
+    }
     const void* keys = nullptr;
     int64_t row_stride = kv_row, sequence_stride = cross.sequence_stride;
     if (cross.storage == CrossKvStorage::native) {
