@@ -33,10 +33,10 @@ std::optional<CrossKvStorage> requested_cross_kv_storage() {
   fail("HARK_CUDA_CROSS_KV is '", text, "': expected frames, native or int8");
 }
 
-// Encoder rows (3 windows) up to which encode() replays its layers as a graph: the batches whose
-// scratch stays from one call to the next (EncoderBuffers::kKeptBytes), so that the addresses the
-// graph holds stay too.
-constexpr int64_t kReplayedEncoderRows = 3 * 1500;
+// Windows up to which encode() replays its layers as a graph: the batches whose scratch stays
+// from one call to the next (large-v3's, under EncoderBuffers::kKeptBytes), so that the addresses
+// the graph holds stay too.
+constexpr int kReplayedEncoderWindows = 3;
 
 // HARK_CUDA_ENCODER_GRAPH=0 runs them eagerly (to compare; read at each call, so that a test can
 // run both ways in one process).
@@ -47,8 +47,8 @@ bool encoder_graph_enabled() {
 
 // Prompt tokens per window up to which a prompt's cross-attention runs like a step's, each token
 // a query row of the step's kernel (over the frames, or over the INT8 K/V as stored), a pass over
-// its window's K/V per token (the tokens of a window run side by side, and mostly share that pass
-// in L2); a longer prompt has each layer's K and V of its windows in the element type first
+// its window's K/V per token (the tokens of a window run side by side, so that their reads may
+// share L2); a longer prompt has each layer's K and V of its windows in the element type first
 // (from the frames, or dequantised) and runs the flash attention over them. Not tuned: the
 // prompts of a batched decode have 3-4 tokens, those that carry a previous window's text up to
 // 224.
@@ -156,7 +156,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   // A small batch replays its layers as a graph: ~7 launches a layer, each at most a few dozen
   // microseconds of work, whose gaps add up. The key names the shapes and every buffer the layers
   // read or write (the weights are the model's, at fixed addresses).
-  if (rows <= kReplayedEncoderRows && encoder_graph_enabled()) {
+  if (count <= kReplayedEncoderWindows && encoder_graph_enabled()) {
     std::vector<int64_t> key = pass.scratch_key();
     for (const gpu::Buffer* buffer : {&s.x, &s.h, &s.qkv, &s.context, &s.hidden}) {
       key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(buffer->data())));
