@@ -379,12 +379,15 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
       (frames_storage && !prompt_over_frames)) {
     s.cross.reserve(pass.bytes(cross_windows * frames * 2 * d));
   }
-  // A short one over INT8 K/V reads them as stored, as a step does: every window's length.
-  if (prompt_over_int8) {
-    s.cross_lengths.reserve(sizeof(int32_t) * batch);
-    const std::vector<int32_t> lengths(batch, static_cast<int32_t>(frames));
-    gpu::upload(lengths.data(), sizeof(int32_t) * lengths.size(), s.cross_lengths.data(),
-                pass.stream());
+  // A short one over INT8 K/V reads them as stored, as a step does, given every window's length:
+  // the frames, the same for every call of one model, so uploaded only when the buffer grows (a
+  // host-driven session calls this once a token).
+  const size_t lengths_bytes = sizeof(int32_t) * batch;
+  if (prompt_over_int8 && s.cross_lengths.bytes() < lengths_bytes) {
+    s.cross_lengths.reserve(lengths_bytes);
+    const std::vector<int32_t> lengths(s.cross_lengths.bytes() / sizeof(int32_t),
+                                       static_cast<int32_t>(frames));
+    gpu::upload(lengths.data(), s.cross_lengths.bytes(), s.cross_lengths.data(), pass.stream());
   }
   auto cross_attend = [&](int l, const void* q) {
     if (prompt_over_frames) return attend_frames(pass, config, w, l, q, rows, steps, cross, s);
