@@ -22,10 +22,10 @@ constexpr int64_t kMaxStepRows = 16;
 
 // Rows from which a product with an activation takes the Hopper kernel with the activation in
 // its epilogue: below, the hidden layer it saves a pass over is small, and cuBLASLt's kernels for
-// few rows are the better products. On the H200 a Whisper window's GELU product (1,500 rows) took
-// 0.38 ms less a window in the encoder through cuBLASLt and the GELU kernel (bench/RESULTS.md,
-// fourteenth session); from two windows on, the kernel is as fast or faster.
-constexpr int64_t kEpilogueActivationRows = 2048;
+// few rows are the better products. A Whisper window (1,500 rows) is above: with the fitted GELU
+// (gemm_sm90.cu) large-v3's encoder took 5.74-5.80 ms a window at batch 1 that way against
+// 5.89-5.90 through cuBLASLt and the GELU kernel (bench/RESULTS.md, fifteenth session).
+constexpr int64_t kEpilogueActivationRows = 1024;
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
