@@ -1,8 +1,9 @@
 // The Parakeet encoder with its feed-forward modules' SiLU in the product's epilogue (Hopper,
 // compute/cuda/gemm_sm90.h) against the same encoder in F32 and with cuBLASLt's product and the
 // separate SiLU kernel: the transformers references are too small to take that path (it needs
-// 2048 rows and a hidden width that is a multiple of 256), so two layers of the real 0.6B
-// configuration with random weights, on a batch of 2500 encoder rows, all three in one process.
+// 1024 rows, compute/cuda/pass_cuda.cpp, and a hidden width that is a multiple of 128), so two
+// layers of the real 0.6B configuration with random weights, on a batch of 2500 encoder rows, all
+// three in one process.
 #include <gtest/gtest.h>
 
 #include <algorithm>
