@@ -111,9 +111,15 @@ CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& 
 struct DecoderBuffers {
   gpu::Buffer x, h, qkv, context, q, hidden;
   gpu::Buffer cross;  // one layer's cross K/V for a prompt: INT8 dequantised, or from the frames
-  gpu::Buffer cross_lengths;       // a short prompt over INT8 K/V: each window's frames
+  gpu::Buffer cross_lengths;       // every window's cross-attention length: frame_lengths
   gpu::Buffer absorbed, attended;  // frames storage: [rows, heads, d] before and after attending
 };
+
+// `windows` cross-attention lengths on the device, each the model's frames (what a step's and a
+// short prompt's cross-attention read): scratch.cross_lengths, filled only when it grows, as the
+// values are the same for every call (a host-driven session decodes once a token).
+const int32_t* frame_lengths(const Config& config, int64_t windows, DecoderBuffers& scratch,
+                             cudaStream_t stream);
 
 // Appends `steps` tokens to sequences [first, first + batch) of `caches`, each of which holds
 // `past` positions: ids and position_ids [batch · steps] and positions [batch] (= past each) on
@@ -124,8 +130,9 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
                    DecoderBuffers& scratch);
 
 // One token for each of `batch` sequences (slots 0..batch-1): ids[b] at position positions[b];
-// lengths[b] = positions[b] + 1 and cross_lengths[b] = frames, all on the device, so that the
-// same launches serve every step. Leaves the last layer's output [batch, d] in scratch.x.
+// lengths[b] = positions[b] + 1 and cross_lengths[b] = frames (frame_lengths), all on the device,
+// so that the same launches serve every step. Leaves the last layer's output [batch, d] in
+// scratch.x.
 void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
                  int batch, const int32_t* ids, const int32_t* positions, const int32_t* lengths,
                  const int32_t* cross_lengths, CrossKv cross, DecoderBuffers& scratch);

@@ -349,6 +349,18 @@ void decoder_blocks(gpu::Pass& pass, const Config& config, const Weights& w, int
 
 }  // namespace
 
+const int32_t* frame_lengths(const Config& config, int64_t windows, DecoderBuffers& s,
+                             cudaStream_t stream) {
+  const size_t bytes = sizeof(int32_t) * windows;
+  if (s.cross_lengths.bytes() < bytes) {
+    s.cross_lengths.reserve(bytes);
+    const std::vector<int32_t> lengths(s.cross_lengths.bytes() / sizeof(int32_t),
+                                       static_cast<int32_t>(config.max_source_positions));
+    gpu::upload(lengths.data(), s.cross_lengths.bytes(), s.cross_lengths.data(), stream);
+  }
+  return s.cross_lengths.as<int32_t>();
+}
+
 void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
                    int first, int batch, int steps, int past, const int32_t* ids,
                    const int32_t* position_ids, const int32_t* positions, CrossKv cross,
@@ -379,22 +391,15 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
       (frames_storage && !prompt_over_frames)) {
     s.cross.reserve(pass.bytes(cross_windows * frames * 2 * d));
   }
-  // A short one over INT8 K/V reads them as stored, as a step does, given every window's length:
-  // the frames, the same for every call of one model, so uploaded only when the buffer grows (a
-  // host-driven session calls this once a token).
-  const size_t lengths_bytes = sizeof(int32_t) * batch;
-  if (prompt_over_int8 && s.cross_lengths.bytes() < lengths_bytes) {
-    s.cross_lengths.reserve(lengths_bytes);
-    const std::vector<int32_t> lengths(s.cross_lengths.bytes() / sizeof(int32_t),
-                                       static_cast<int32_t>(frames));
-    gpu::upload(lengths.data(), s.cross_lengths.bytes(), s.cross_lengths.data(), pass.stream());
-  }
+  // A short one over INT8 K/V reads them as stored, as a step does.
+  const int32_t* cross_lengths =
+      prompt_over_int8 ? frame_lengths(config, batch, s, pass.stream()) : nullptr;
   auto cross_attend = [&](int l, const void* q) {
     if (prompt_over_frames) return attend_frames(pass, config, w, l, q, rows, steps, cross, s);
     if (prompt_over_int8) {
-      return gpu::decode_attention_int8(
-          e, q, d, int8_layer(config, cross, l).kv, s.cross_lengths.as<int32_t>(), s.context.data(),
-          d, static_cast<int>(rows), heads, d / heads, w.decoder_scale, pass.stream(), steps);
+      return gpu::decode_attention_int8(e, q, d, int8_layer(config, cross, l).kv, cross_lengths,
+                                        s.context.data(), d, static_cast<int>(rows), heads,
+                                        d / heads, w.decoder_scale, pass.stream(), steps);
     }
     const void* keys = nullptr;
     int64_t row_stride = kv_row, sequence_stride = cross.sequence_stride;

@@ -411,23 +411,22 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
     stream_.synchronize();
     for (int j = 0; j < batch; ++j) outcomes[j].no_speech_prob = probabilities[j];
   }
-  std::vector<int32_t> positions(batch), lengths(batch),
-      cross_lengths(batch, config_.max_source_positions);
+  std::vector<int32_t> positions(batch), lengths(batch);
   for (int j = 0; j < batch; ++j) {
     positions[j] = static_cast<int32_t>(jobs[j].prompt.size());
     lengths[j] = positions[j] + 1;
   }
   gpu::Buffer positions_dev = gpu::upload_vector<int32_t>(positions, stream);
   gpu::Buffer lengths_dev = gpu::upload_vector<int32_t>(lengths, stream);
-  gpu::Buffer cross_lengths_dev = gpu::upload_vector<int32_t>(cross_lengths, stream);
+  const int32_t* cross_lengths = cuda::frame_lengths(config_, batch, scratch, stream);
   const CrossKv cross = cuda::cross_kv_of(config_, weights_.element, encoded, 0, true);
 
   // The first token comes from the prompts' logits; every further one from a replayed step.
   gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);
   auto step = [&] {
     cuda::decode_step(pass, config_, weights_, caches, batch, next.as<int32_t>(),
-                      positions_dev.as<int32_t>(), lengths_dev.as<int32_t>(),
-                      cross_lengths_dev.as<int32_t>(), cross, scratch);
+                      positions_dev.as<int32_t>(), lengths_dev.as<int32_t>(), cross_lengths, cross,
+                      scratch);
     cuda::logits(pass, config_, weights_, scratch.x.data(), batch, logits_buffer.as<float>());
     pass.mark("greedy search");
     gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);
