@@ -79,6 +79,10 @@ constexpr std::string_view bench_description =
     "running exactly --tokens steps whatever the random weights choose; the\n"
     "step's cost does not depend on the tokens. RTFx at batch B = 3600 s /\n"
     "(120 x (encoder + prompt per window) + 120 x 120 x step / B).\n"
+    "The encoder's windows come from the host (uploaded at each call); the\n"
+    "last column times the same batch cut from a log-mel already on the GPU,\n"
+    "as hark run encodes. Before the table: the front end, 1 h of noise to its\n"
+    "long-form log-mel on the GPU (what hark run does there) and on the CPU.\n"
     "\n"
     "Parakeet: times one 10-s clip at batch 1 (latency), then each --batches\n"
     "size B with B utterances of --seconds (throughput): features + encoder,\n"
@@ -121,6 +125,14 @@ struct TemporaryFile {
     std::filesystem::remove(path, ignored);
   }
 };
+
+// Noise at speech level (RMS 0.1, -20 dBFS), seeded.
+std::vector<float> noise_clip(double seconds, uint64_t seed) {
+  std::vector<float> samples(static_cast<size_t>(seconds * 16000));
+  SplitMix64 random(seed);
+  for (float& sample : samples) sample = 0.17f * random.uniform();
+  return samples;
+}
 
 std::vector<float> random_mel(const whisper::Config& config, int windows) {
   std::mt19937 random(7);
@@ -192,13 +204,41 @@ std::vector<int> batch_list(const std::string& text) {
 }
 
 // The stage times HARK_CUDA_PROFILE collected since the last reset (Parakeet: the last run of the
-// last row; Whisper: the last batch size's encoder runs and its two decodes).
+// last row; Whisper: the last batch size's encoder runs, from host and from GPU log-mels, and its
+// two decodes).
 void print_gpu_profile() {
   const std::string report = compute::cuda::profile_report();
   if (!report.empty()) std::printf("%s", report.c_str());
 }
 
+// The long-form log-mel of an hour of noise as transcribe() computes it on this model's device
+// (the GPU front end, the features left there), against the CPU's front end; returns the GPU's.
+std::unique_ptr<whisper::LongMel> bench_front_end(const whisper::Model& model) {
+  const std::vector<float> hour = noise_clip(3600, 11);
+  model.long_mel(std::span(hour).first(16000));  // warm-up: the front end's set-up
+  std::vector<double> gpu_ms;
+  std::unique_ptr<whisper::LongMel> mel;
+  for (int i = 0; i < 3; ++i) {
+    mel.reset();
+    if (i == 2) compute::cuda::reset_profile();  // HARK_CUDA_PROFILE: the last run's stages
+    const auto start = Clock::now();
+    mel = model.long_mel(hour);
+    gpu_ms.push_back(elapsed_ms(start));
+  }
+  const auto start = Clock::now();
+  const whisper::HostLongMel on_cpu(hour, model.config().n_mels);
+  const double cpu_ms = elapsed_ms(start);
+  std::printf(
+      "front end        1 h of audio to its log-mel: %.1f ms on the GPU (median of 3), "
+      "%.1f ms on the CPU (%d threads)\n",
+      median(gpu_ms), cpu_ms, compute::threads());
+  print_gpu_profile();
+  return mel;
+}
+
 // Per batch size: windows encoded as one batch, then decoded together for exactly `tokens` steps.
+// The encoder is timed from windows on the host (uploaded at each call), then from windows of a
+// log-mel on the GPU (as transcribe() encodes them there).
 void bench_gpu(const whisper::Model& model, int tokens, int repeats,
                const std::vector<int>& batches) {
   const whisper::Config& config = model.config();
@@ -206,8 +246,9 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
   std::printf("gpu              %s\n", compute::cuda::describe().c_str());
   std::printf("weights on GPU   %.2f GiB\n",
               static_cast<double>(compute::cuda::allocated_bytes()) / (1 << 30));
-  std::printf("%6s %14s %14s %14s %12s %10s\n", "batch", "encoder ms/win", "prompt ms/win",
-              "step ms", "peak GiB", "RTFx");
+  const std::unique_ptr<whisper::LongMel> hour = bench_front_end(model);
+  std::printf("%6s %14s %14s %14s %12s %10s %16s\n", "batch", "encoder ms/win", "prompt ms/win",
+              "step ms", "peak GiB", "RTFx", "enc. GPU mel");
   for (int batch : batches) {
     const std::vector<float> mel = random_mel(config, batch);
     compute::cuda::reset_peak_allocated_bytes();
@@ -237,23 +278,31 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
     const double encoder = median(encoder_ms);
     const double prompt_ms = timing.prompt_ms / batch;
     const double step = timing.steps > 0 ? timing.steps_ms / timing.steps : 0;
-    std::printf("%6d %14.2f %14.2f %14.3f %12.2f %10.0f\n", batch, encoder, prompt_ms, step,
-                static_cast<double>(compute::cuda::peak_allocated_bytes()) / (1 << 30),
-                workload_rtfx(encoder, prompt_ms, step, batch));
+    const double peak = static_cast<double>(compute::cuda::peak_allocated_bytes()) / (1 << 30);
+    windows.clear();
+    jobs.clear();
+    // The same batch cut from the hour's log-mel on the GPU (windows wrap around past its end).
+    std::vector<whisper::MelWindow> cuts;
+    const int64_t window_frames = config.window_frames();
+    const int64_t hour_windows = hour->content_frames() / window_frames;
+    for (int i = 0; i < batch; ++i) {
+      cuts.push_back({hour.get(), (i % hour_windows) * window_frames, window_frames});
+    }
+    model.encode_windows(cuts);
+    std::vector<double> device_mel_ms;
+    for (int i = 0; i < repeats; ++i) {
+      const auto start = Clock::now();
+      model.encode_windows(cuts);
+      device_mel_ms.push_back(elapsed_ms(start) / batch);
+    }
+    std::printf("%6d %14.2f %14.2f %14.3f %12.2f %10.0f %16.2f\n", batch, encoder, prompt_ms, step,
+                peak, workload_rtfx(encoder, prompt_ms, step, batch), median(device_mel_ms));
     std::fflush(stdout);
   }
   print_gpu_profile();
 }
 
 // --- Parakeet ---
-
-// Noise at speech level (RMS 0.1, -20 dBFS), seeded.
-std::vector<float> noise_clip(double seconds, uint64_t seed) {
-  std::vector<float> samples(static_cast<size_t>(seconds * 16000));
-  SplitMix64 random(seed);
-  for (float& sample : samples) sample = 0.17f * random.uniform();
-  return samples;
-}
 
 struct ParakeetTimes {
   double features_ms = 0, encode_ms = 0, decode_ms = 0;

@@ -155,9 +155,10 @@ CudaMelSpectrogram::CudaMelSpectrogram(const MelSpectrogram& mel) : mel_(mel) {
 }
 
 void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utterances,
-                                 cudaStream_t stream, DeviceMelBatch& out,
-                                 gpu::StageClock* clock) {
+                                 cudaStream_t stream, DeviceMelBatch& out, gpu::StageClock* clock,
+                                 int64_t trailing_zeros) {
   const MelConfig& c = mel_.config();
+  if (trailing_zeros < 0) fail("mel: negative padding ", trailing_zeros);
   const int batch = static_cast<int>(utterances.size());
   const int64_t mels = c.n_mels;
   std::vector<gpu::MelUtterance> table(static_cast<size_t>(batch));
@@ -167,10 +168,11 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
   int64_t total_samples = 0;
   for (int b = 0; b < batch; ++b) {
     const auto count = static_cast<int64_t>(utterances[b].size());
-    const int64_t frames = mel_.frame_count(count);
+    const int64_t frames = mel_.frame_count(count + trailing_zeros);
     gpu::MelUtterance& u = table[static_cast<size_t>(b)];
     u.offset = total_samples;
     u.samples = count;
+    u.zeros = trailing_zeros;
     u.frames = frames;
     u.audio_frames = c.last_frame_is_padding ? std::max<int64_t>(frames - 1, 0) : frames;
     out.frames[static_cast<size_t>(b)] = frames;
@@ -285,12 +287,16 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
     gpu::mel_log(values, utterance_table, batch, out.padded_frames, mels, log, log_floor, log_guard,
                  stream);
   }
+  if (clock != nullptr && c.normalization != Normalization::none) {
+    clock->mark("features: normalisation");
+  }
   switch (c.normalization) {
     case Normalization::none:
       break;
     case Normalization::whisper_dynamic_range:
+      tops_.reserve(sizeof(unsigned) * batch);
       gpu::mel_normalize_dynamic_range(values, utterance_table, batch, out.padded_frames, mels,
-                                       stream);
+                                       tops_.as<unsigned>(), stream);
       break;
     case Normalization::per_feature:
       gpu::mel_normalize_per_feature(values, utterance_table, batch, out.padded_frames, mels,

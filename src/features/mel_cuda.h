@@ -58,8 +58,10 @@ class CudaMelSpectrogram {
   // from the DFT product.
   bool uses_fft() const { return fft_; }
 
-  // The features of each utterance (mono samples at sample_rate) into `out`, asynchronously on
-  // `stream`: ready once the stream is synchronised. The samples are copied before this returns.
+  // The features of each utterance (mono samples at sample_rate, each followed by
+  // `trailing_zeros` zero samples, as MelSpectrogram::compute takes them) into `out`,
+  // asynchronously on `stream`: ready once the stream is synchronised. The samples are copied
+  // before this returns.
   // Their upload runs on a stream of the front end's own, as soon as the last call's kernels no
   // longer read its inputs: while `stream` still runs earlier work (another batch's encoder),
   // the copies to the GPU already run beside it.
@@ -68,7 +70,8 @@ class CudaMelSpectrogram {
   // used). Uses the object's scratch: one call at a time. With a `clock` (HARK_CUDA_PROFILE), the
   // wait of `stream` for the samples and the spectrum are stages of their own.
   void compute(std::span<const std::span<const float>> utterances, cudaStream_t stream,
-               DeviceMelBatch& out, compute::cuda::StageClock* clock = nullptr);
+               DeviceMelBatch& out, compute::cuda::StageClock* clock = nullptr,
+               int64_t trailing_zeros = 0);
 
  private:
   MelSpectrogram mel_;
@@ -86,6 +89,7 @@ class CudaMelSpectrogram {
   // Scratch of the product path for one chunk of frames at a time: frames [rows, width],
   // spectrum [rows, 2 · bins_] and power [rows, bins_]. Chunks bound it whatever the batch.
   compute::cuda::Buffer frames_, spectrum_, power_;
+  compute::cuda::Buffer tops_;  // Whisper's normalisation: each utterance's largest value
   // The copies of the samples, ordered after the last call's kernels that read its inputs (the
   // samples and the utterance table, overwritten by the next upload) and before the kernels of
   // their own call. Declared before the staging buffer, whose destructor waits for the stream.

@@ -176,7 +176,8 @@ ProcessResult CliWithModel::convert_result_;
 
 TEST_F(CliWithModel, BatchedModeOnTheCpuGivesTheSequentialTranscriptOfOneWindow) {
   // Under 30 s there is one window, and it has no earlier text: both modes decode it alike.
-  const ProcessResult sequential = hark(run_args({path("tone.wav"), "-o", "json"}));
+  const ProcessResult sequential =
+      hark(run_args({path("tone.wav"), "-o", "json", "--device", "cpu"}));
   const ProcessResult batched =
       hark(run_args({path("tone.wav"), "-o", "json", "--device", "cpu", "--batch-size", "8"}));
   ASSERT_EQ(batched.exit_code, 0) << describe(batched);

@@ -25,6 +25,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -63,10 +64,11 @@ struct HostBatch {
   std::vector<float> values;
 };
 
-HostBatch run(CudaMelSpectrogram& gpu_mel, const std::vector<std::span<const float>>& batch) {
+HostBatch run(CudaMelSpectrogram& gpu_mel, const std::vector<std::span<const float>>& batch,
+              int64_t trailing_zeros = 0) {
   gpu::Stream stream;
   DeviceMelBatch out;
-  gpu_mel.compute(batch, stream.get(), out);
+  gpu_mel.compute(batch, stream.get(), out, /*clock=*/nullptr, trailing_zeros);
   stream.synchronize();
   HostBatch host;
   host.padded_frames = out.padded_frames;
@@ -79,16 +81,16 @@ HostBatch run(CudaMelSpectrogram& gpu_mel, const std::vector<std::span<const flo
   return host;
 }
 
-// Utterance b of `got` against the CPU's [n_mels x frames] features of the same samples: the
-// frame count, every value within the limits, and zeros in the rows past the utterance.
-// `absolute`: the limit on the largest difference.
+// Utterance b of `got` against the CPU's [n_mels x frames] features of the same samples (followed
+// by `trailing_zeros` zeros): the frame count, every value within the limits, and zeros in the
+// rows past the utterance. `absolute`: the limit on the largest difference.
 void expect_matches_cpu(const MelSpectrogram& mel, const HostBatch& got, int b,
                         std::span<const float> samples, const std::string& what,
-                        double absolute = kMaxAbsolute) {
+                        double absolute = kMaxAbsolute, int64_t trailing_zeros = 0) {
   SCOPED_TRACE(what);
-  const std::vector<float> want = mel.compute(samples);
+  const std::vector<float> want = mel.compute(samples, trailing_zeros);
   const int64_t mels = mel.n_mels();
-  const int64_t frames = mel.frame_count(static_cast<int64_t>(samples.size()));
+  const int64_t frames = mel.frame_count(static_cast<int64_t>(samples.size()) + trailing_zeros);
   ASSERT_EQ(got.frames.at(b), frames);
   ASSERT_EQ(static_cast<int64_t>(want.size()), frames * mels);
   ASSERT_GE(got.padded_frames, frames);
@@ -187,6 +189,28 @@ TEST_F(MelCuda, BatchOfDifferentLengthsIsEachAlone) {
         max_abs = std::max(max_abs, std::abs(double(in_batch[i]) - alone.values[i]));
       }
       EXPECT_LE(max_abs, kMaxAbsolute) << what;
+    }
+  }
+}
+
+// Zeros after each utterance (Whisper's long form appends 30 s), as the CPU takes them: frames
+// that reach into the zeros, a reflect padding at the end that mirrors them, and NeMo's
+// pre-emphasis across the last sample; utterances shorter than a frame included.
+TEST_F(MelCuda, TrailingZerosMatchTheCpu) {
+  const std::vector<float> jfk = clip("jfk");
+  const std::span<const float> audio(jfk);
+  const std::vector<std::span<const float>> batch = {audio, audio.subspan(7000, 320),
+                                                     audio.subspan(5000, 37)};
+  for (const auto& [name, config, zeros] :
+       {std::tuple{"whisper 128, 30 s", whisper_mel_config(128), kWhisperWindowSamples},
+        std::tuple{"nemo 80, 1001 samples", nemo_mel_config(80), int64_t{1001}}}) {
+    const MelSpectrogram mel(config);
+    CudaMelSpectrogram gpu_mel(mel);
+    const HostBatch got = run(gpu_mel, batch, zeros);
+    for (size_t b = 0; b < batch.size(); ++b) {
+      expect_matches_cpu(mel, got, static_cast<int>(b), batch[b],
+                         std::string(name) + ", utterance " + std::to_string(b), kMaxAbsolute,
+                         zeros);
     }
   }
 }

@@ -52,6 +52,18 @@ void im2col_1d(Element e, const void* x, int64_t batch, int64_t steps, int64_t c
 void mel_to_time_major(const float* mel, int64_t batch, int64_t n_mels, int64_t frames, Element e,
                        void* out, cudaStream_t stream);
 
+// A window cut from a time-major log-mel on the device (features/mel_cuda.h's F32 [frames,
+// n_mels]): `frames` rows from `first`, the rest of the window zeros.
+struct MelWindowCut {
+  const float* first = nullptr;
+  int64_t frames = 0;
+};
+
+// out [batch, window_frames, n_mels] of element type e: out[b, t, :] = cuts[b].first[t, :] for
+// t < cuts[b].frames, zeros after. cuts: `batch` entries in device memory.
+void mel_windows_to_time_major(const MelWindowCut* cuts, int64_t batch, int64_t window_frames,
+                               int64_t n_mels, Element e, void* out, cudaStream_t stream);
+
 // y[i] = x[i] converted, n values.
 void convert(Element from, const void* x, Element to, void* y, int64_t n, cudaStream_t stream);
 

@@ -291,6 +291,22 @@ __global__ void im2col_1d_kernel(const T* x, int64_t steps, int64_t channels, in
   }
 }
 
+// Rows are window frames (b, t); a row is a copy of n_mels values, or zeros past the cut.
+template <class T>
+__global__ void mel_windows_kernel(const MelWindowCut* cuts, int64_t window_frames, int64_t n_mels,
+                                   int64_t rows, T* out) {
+  HARK_ROW_LOOP(row, rows) {
+    const int64_t b = row / window_frames, t = row % window_frames;
+    const MelWindowCut cut = cuts[b];
+    const float* from = cut.first + t * n_mels;
+    T* line = out + row * n_mels;
+    const bool inside = t < cut.frames;
+    HARK_PACK_LOOP(m, n_mels) {
+      line[m] = from_float<T>(inside ? from[m] : 0.0f);
+    }
+  }
+}
+
 constexpr int kTransposeTile = 32;
 constexpr int kTransposeRowsPerPass = 8;
 
@@ -789,6 +805,18 @@ void mel_to_time_major(const float* mel, int64_t batch, int64_t n_mels, int64_t 
     mel_to_time_major_kernel<T>
         <<<grid, block, 0, stream>>>(mel, batch, n_mels, frames, static_cast<T*>(out));
     check_launch("mel_to_time_major");
+  });
+}
+
+void mel_windows_to_time_major(const MelWindowCut* cuts, int64_t batch, int64_t window_frames,
+                               int64_t n_mels, Element e, void* out, cudaStream_t stream) {
+  if (batch <= 0 || window_frames <= 0 || n_mels <= 0) return;
+  with_type(e, [&](auto tag) {
+    using T = decltype(tag);
+    const RowLaunch launch = row_launch(batch * window_frames, n_mels);
+    mel_windows_kernel<T><<<launch.grid, launch.block, 0, stream>>>(
+        cuts, window_frames, n_mels, batch * window_frames, static_cast<T*>(out));
+    check_launch("mel_windows_to_time_major");
   });
 }
 

@@ -33,6 +33,7 @@ __device__ int64_t reflect_index(int64_t i, int64_t n) {
 struct FrameSource {
   const float* samples = nullptr;  // the utterance's
   int64_t count = 0;               // its samples
+  int64_t length = 0;              // with the zeros after them
   int64_t begin = 0;               // the signal position of column 0
   bool exists = false;
   bool audio = false;  // one of the utterance's audio frames (MelUtterance::audio_frames)
@@ -46,6 +47,7 @@ __device__ FrameSource frame_source(const float* signal, const MelUtterance* utt
   FrameSource source;
   source.samples = signal + u.offset;
   source.count = u.samples;
+  source.length = u.samples + u.zeros;
   source.begin = t * framing.hop - framing.pad + framing.first;
   source.exists = t < u.frames;
   source.audio = t < u.audio_frames;
@@ -57,14 +59,13 @@ __device__ FrameSource frame_source(const float* signal, const MelUtterance* utt
 // definition of a frame's contents, for both mel_frames and mel_power_spectrum.
 __device__ double framed_sample(const FrameSource& source, const MelFraming& framing, int c) {
   int64_t at = source.begin + c;
-  if (at < 0 || at >= source.count) {
+  if (at < 0 || at >= source.length) {
     if (!framing.reflect) return 0.0;
-    at = reflect_index(at, source.count);
+    at = reflect_index(at, source.length);
   }
-  double emphasised = source.samples[at];
-  if (framing.preemphasis != 0.0 && at > 0) {
-    emphasised -= framing.preemphasis * source.samples[at - 1];
-  }
+  auto signal = [&](int64_t i) -> double { return i < source.count ? source.samples[i] : 0.0; };
+  double emphasised = signal(at);
+  if (framing.preemphasis != 0.0 && at > 0) emphasised -= framing.preemphasis * signal(at - 1);
   return emphasised;
 }
 
@@ -373,29 +374,52 @@ __global__ void per_feature_kernel(float* x, const MelUtterance* utterances, int
   }
 }
 
-// One block per utterance: the largest value, then the clamp.
-constexpr int kRangeThreads = 1024;
+// Whisper's dynamic range in two kernels over the whole GPU (an hour is 46 million values): the
+// largest value of each utterance, then the clamp. The largest is kept as an unsigned key whose
+// order is the floats' (atomicMax on it; key 0 is below every float).
+constexpr int kRangeThreads = 256;
+constexpr int64_t kRangeValuesPerThread = 16;
+constexpr int64_t kRangeMaxBlocks = 1024;
 
-__global__ void dynamic_range_kernel(float* x, const MelUtterance* utterances,
-                                     int64_t padded_frames, int64_t n_mels) {
+__device__ unsigned ordered_key(float value) {
+  const unsigned bits = __float_as_uint(value);
+  return (bits & 0x80000000u) != 0 ? ~bits : bits | 0x80000000u;
+}
+
+__device__ float from_ordered_key(unsigned key) {
+  return __uint_as_float((key & 0x80000000u) != 0 ? key & 0x7fffffffu : ~key);
+}
+
+// Grid (blocks, batch): each block's largest value of utterance blockIdx.y into tops[b].
+__global__ void range_top_kernel(const float* x, const MelUtterance* utterances,
+                                 int64_t padded_frames, int64_t n_mels, unsigned* tops) {
   __shared__ float warp_tops[kRangeThreads / 32];
-  __shared__ float block_top;
-  const int64_t b = blockIdx.x;
+  const int64_t b = blockIdx.y;
   const int64_t count = utterances[b].audio_frames * n_mels;
-  float* values = x + b * padded_frames * n_mels;
+  const float* values = x + b * padded_frames * n_mels;
   float top = -INFINITY;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) top = fmaxf(top, values[i]);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
+    top = fmaxf(top, values[i]);
+  }
   top = warp_max(top);
   if (threadIdx.x % 32 == 0) warp_tops[threadIdx.x / 32] = top;
   __syncthreads();
   if (threadIdx.x < 32) {
     top = threadIdx.x < blockDim.x / 32 ? warp_tops[threadIdx.x] : -INFINITY;
     top = warp_max(top);
-    if (threadIdx.x == 0) block_top = top;
+    if (threadIdx.x == 0 && top > -INFINITY) atomicMax(&tops[b], ordered_key(top));
   }
-  __syncthreads();
-  const double least = static_cast<double>(block_top) - 8.0;
-  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) {
+}
+
+__global__ void range_clamp_kernel(float* x, const MelUtterance* utterances, int64_t padded_frames,
+                                   int64_t n_mels, const unsigned* tops) {
+  const int64_t b = blockIdx.y;
+  const int64_t count = utterances[b].audio_frames * n_mels;
+  float* values = x + b * padded_frames * n_mels;
+  const double least = static_cast<double>(from_ordered_key(tops[b])) - 8.0;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<int64_t>(blockDim.x) * gridDim.x) {
     values[i] = static_cast<float>((fmax(static_cast<double>(values[i]), least) + 4.0) / 4.0);
   }
 }
@@ -485,11 +509,18 @@ void mel_normalize_per_feature(float* x, const MelUtterance* utterances, int bat
 }
 
 void mel_normalize_dynamic_range(float* x, const MelUtterance* utterances, int batch,
-                                 int64_t padded_frames, int64_t n_mels, cudaStream_t stream) {
+                                 int64_t padded_frames, int64_t n_mels, unsigned* tops,
+                                 cudaStream_t stream) {
   if (batch <= 0 || padded_frames <= 0 || n_mels <= 0) return;
-  dynamic_range_kernel<<<static_cast<unsigned>(batch), kRangeThreads, 0, stream>>>(
-      x, utterances, padded_frames, n_mels);
-  check_launch("mel_normalize_dynamic_range");
+  check(cudaMemsetAsync(tops, 0, sizeof(unsigned) * batch, stream), "clear the mel's maxima");
+  const int64_t blocks = std::clamp<int64_t>(
+      ceil_div(padded_frames * n_mels, kRangeThreads * kRangeValuesPerThread), 1, kRangeMaxBlocks);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(batch));
+  range_top_kernel<<<grid, kRangeThreads, 0, stream>>>(x, utterances, padded_frames, n_mels, tops);
+  check_launch("mel_normalize_dynamic_range (maxima)");
+  range_clamp_kernel<<<grid, kRangeThreads, 0, stream>>>(x, utterances, padded_frames, n_mels,
+                                                         tops);
+  check_launch("mel_normalize_dynamic_range (clamp)");
 }
 
 }  // namespace hark::compute::cuda

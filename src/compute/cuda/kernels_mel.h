@@ -17,21 +17,24 @@
 
 namespace hark::compute::cuda {
 
-// One utterance of a batch: where its samples sit in the concatenated signal, its STFT frames
-// (MelSpectrogram::frame_count) and how many of them hold audio (all of them, or all but the
-// last with MelConfig::last_frame_is_padding).
+// One utterance of a batch: where its samples sit in the concatenated signal, how many zeros
+// follow them (MelSpectrogram::compute's trailing_zeros: Whisper's long form appends 30 s), its
+// STFT frames (MelSpectrogram::frame_count of both) and how many of them hold audio (all of them,
+// or all but the last with MelConfig::last_frame_is_padding).
 struct MelUtterance {
   int64_t offset = 0;
   int64_t samples = 0;
+  int64_t zeros = 0;
   int64_t frames = 0;
   int64_t audio_frames = 0;
 };
 
-// How frames are cut from the signal. Column c of frame t of an utterance of n samples is the
-// signal at i = t · hop − pad + first + c, for c < span: pre-emphasised (y[i] = x[i] − k x[i−1],
-// y[0] = x[0]), and outside [0, n) either zero or (reflect) y at the index mirrored at both ends
-// without repeating the edge sample. `first` and `span` are the part of the n_fft-point window
-// that is not zero, which is all the DFT needs to see.
+// How frames are cut from the signal. Column c of frame t of an utterance of n samples (its
+// trailing zeros included) is the signal at i = t · hop − pad + first + c, for c < span:
+// pre-emphasised (y[i] = x[i] − k x[i−1], y[0] = x[0]), and outside [0, n) either zero or
+// (reflect) y at the index mirrored at both ends without repeating the edge sample. `first` and
+// `span` are the part of the n_fft-point window that is not zero, which is all the DFT needs to
+// see.
 struct MelFraming {
   int hop = 0;
   int64_t pad = 0;  // n_fft / 2 with centre padding, else 0
@@ -97,8 +100,9 @@ void mel_normalize_per_feature(float* x, const MelUtterance* utterances, int bat
                                int64_t padded_frames, int64_t n_mels, cudaStream_t stream);
 
 // In place, per utterance over its audio frames: x = (max(x, top − 8) + 4) / 4, top the largest
-// value among them (Whisper's dynamic range).
+// value among them (Whisper's dynamic range). tops: scratch of `batch` entries.
 void mel_normalize_dynamic_range(float* x, const MelUtterance* utterances, int batch,
-                                 int64_t padded_frames, int64_t n_mels, cudaStream_t stream);
+                                 int64_t padded_frames, int64_t n_mels, unsigned* tops,
+                                 cudaStream_t stream);
 
 }  // namespace hark::compute::cuda

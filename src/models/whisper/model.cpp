@@ -3,10 +3,13 @@
 // session (n sequences with their caches).
 #include "models/whisper/model.h"
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
 #include "base/error.h"
+#include "features/mel.h"
+#include "features/whisper_mel.h"
 #include "format/gguf.h"
 #include "models/whisper/config.h"
 #include "models/whisper/decoder.h"
@@ -155,6 +158,69 @@ std::vector<std::shared_ptr<const EncodedWindow>> Model::encode_batch(std::span<
   for (int i = 0; i < count; ++i)
     windows.push_back(encode(mel.subspan(i * window_values, window_values)));
   return windows;
+}
+
+LongMel::LongMel(int n_mels, int64_t total_frames, int64_t content_frames)
+    : n_mels_(n_mels), total_frames_(total_frames), content_frames_(content_frames) {
+  if (n_mels <= 0) fail("Whisper log-mel: ", n_mels, " mel rows");
+  if (content_frames < 0 || content_frames > total_frames) {
+    fail("Whisper transcribe: ", content_frames, " frames of audio in a log-mel of ", total_frames,
+         " frames");
+  }
+}
+
+void LongMel::check_window(int64_t seek, int64_t count, int window_frames) const {
+  if (seek < 0 || count < 0 || count > window_frames || seek + count > total_frames_) {
+    fail("Whisper log-mel: frames [", seek, ", ", seek + count, ") of a window of ", window_frames,
+         " from a log-mel of ", total_frames_);
+  }
+}
+
+HostLongMel::HostLongMel(std::span<const float> mel, int n_mels, int64_t content_frames)
+    : LongMel(n_mels, n_mels > 0 ? static_cast<int64_t>(mel.size()) / n_mels : 0, content_frames),
+      mel_(mel) {
+  if (mel.size() % static_cast<size_t>(n_mels) != 0) {
+    fail("Whisper transcribe: ", mel.size(), " log-mel values are not ", n_mels, " rows");
+  }
+}
+
+HostLongMel::HostLongMel(std::span<const float> samples, int n_mels) : LongMel(n_mels, 0, 0) {
+  const features::MelSpectrogram spectrogram(features::whisper_mel_config(n_mels));
+  owned_ = features::whisper_long_log_mel(spectrogram, samples);
+  mel_ = owned_;
+  total_frames_ = static_cast<int64_t>(owned_.size()) / n_mels;
+  content_frames_ = std::max<int64_t>(total_frames_ - features::kWhisperWindowFrames, 0);
+}
+
+std::vector<float> HostLongMel::window(int64_t seek, int64_t count, int window_frames) const {
+  check_window(seek, count, window_frames);
+  std::vector<float> window(static_cast<size_t>(n_mels_) * window_frames, 0.0f);
+  for (int row = 0; row < n_mels_; ++row) {
+    const float* from = mel_.data() + row * total_frames_ + seek;
+    std::copy(from, from + count, window.begin() + static_cast<int64_t>(row) * window_frames);
+  }
+  return window;
+}
+
+std::unique_ptr<LongMel> Model::long_mel(std::span<const float> samples) const {
+  if (samples.empty()) fail("Whisper transcribe: the audio is empty (0 samples)");
+  return compute_long_mel(samples);
+}
+
+std::unique_ptr<LongMel> Model::compute_long_mel(std::span<const float> samples) const {
+  return std::make_unique<HostLongMel>(samples, config().n_mels);
+}
+
+std::vector<std::shared_ptr<const EncodedWindow>> Model::encode_windows(
+    std::span<const MelWindow> windows) const {
+  const int window_frames = config().window_frames();
+  std::vector<float> mel;
+  for (const MelWindow& w : windows) {
+    if (w.mel == nullptr) fail("whisper encoder: a window without its log-mel");
+    const std::vector<float> values = w.mel->window(w.seek, w.frames, window_frames);
+    mel.insert(mel.end(), values.begin(), values.end());
+  }
+  return encode_batch(mel, static_cast<int>(windows.size()));
 }
 
 std::vector<GreedyOutcome> Model::decode_greedy(std::span<const GreedyJob>, bool, int,

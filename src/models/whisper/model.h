@@ -50,6 +50,48 @@ class EncodedWindow {
   virtual std::vector<float> frames() const = 0;
 };
 
+// A recording's long-form log-mel as openai computes it (its samples followed by 30 s of zeros),
+// kept where the model's encoder reads it: on the host (Model::long_mel of the CPU model, or a
+// caller's mel), or on the GPU (the CUDA model's). The windows of a transcription are cut from it.
+class LongMel {
+ public:
+  virtual ~LongMel() = default;
+  int64_t total_frames() const { return total_frames_; }
+  int64_t content_frames() const { return content_frames_; }  // frames of audio, the rest zeros
+  // Frames [seek, seek + count) of each of the n_mels rows, zero-padded to window_frames:
+  // [n_mels x window_frames], on the host. Throws hark::Error unless the frames exist.
+  virtual std::vector<float> window(int64_t seek, int64_t count, int window_frames) const = 0;
+
+ protected:
+  LongMel(int n_mels, int64_t total_frames, int64_t content_frames);
+  void check_window(int64_t seek, int64_t count, int window_frames) const;
+  int n_mels_ = 0;
+  int64_t total_frames_ = 0, content_frames_ = 0;
+};
+
+// A log-mel [n_mels x total_frames] in the caller's memory, which must outlive it.
+class HostLongMel : public LongMel {
+ public:
+  // Throws hark::Error unless `mel` is whole rows and content_frames within them.
+  HostLongMel(std::span<const float> mel, int n_mels, int64_t content_frames);
+  // Computes it: features::whisper_long_log_mel of the samples; throws hark::Error on
+  // non-finite audio.
+  HostLongMel(std::span<const float> samples, int n_mels);
+  std::span<const float> values() const { return mel_; }
+  std::vector<float> window(int64_t seek, int64_t count, int window_frames) const override;
+
+ private:
+  std::vector<float> owned_;
+  std::span<const float> mel_;
+};
+
+// One window for Model::encode_windows: `frames` frames of `mel` from `seek`, then zeros up to
+// a window.
+struct MelWindow {
+  const LongMel* mel = nullptr;
+  int64_t seek = 0, frames = 0;
+};
+
 // Autoregressive decoding of n parallel sequences (beams, or samples) over one window.
 class DecoderSession {
  public:
@@ -115,6 +157,14 @@ class Model {
   // them as one batch; the CPU model one after the other.
   virtual std::vector<std::shared_ptr<const EncodedWindow>> encode_batch(std::span<const float> mel,
                                                                          int count) const;
+  // A recording's long-form log-mel, computed where this model runs: on the CPU (HostLongMel),
+  // or on the GPU, where it stays for encode_windows. Throws hark::Error on empty or non-finite
+  // audio.
+  std::unique_ptr<LongMel> long_mel(std::span<const float> samples) const;
+  // The windows as one encode_batch() call, cut from their long mels (which may differ); the
+  // CUDA model cuts those on the GPU there, without a copy through the host.
+  virtual std::vector<std::shared_ptr<const EncodedWindow>> encode_windows(
+      std::span<const MelWindow> windows) const;
   // Greedy decoding of the windows of one encode_batch() call, all of them in their order, as
   // one batch on the device, under Whisper's logit rules (timestamp rules when `timestamps`).
   // Gives what decode_window() gives at temperature 0 for each. `exact_steps` > 0 runs exactly
@@ -129,6 +179,8 @@ class Model {
  protected:
   // Values per window; throws hark::Error unless `mel` holds exactly `count` >= 1 windows.
   size_t check_windows(std::span<const float> mel, int count) const;
+  // long_mel() of samples that are not empty.
+  virtual std::unique_ptr<LongMel> compute_long_mel(std::span<const float> samples) const;
 };
 
 // The CUDA implementation of load() (models/whisper/cuda/), or a clear error in builds

@@ -91,15 +91,11 @@ LanguageChoice choose_language(const Model& model, const Options& options,
   return {detection.token, detection.code};
 }
 
-// Frames [seek, seek + count) of each mel row, zero-padded to window_frames.
-std::vector<float> window_at(std::span<const float> mel, int n_mels, int64_t total_frames,
-                             int64_t seek, int64_t count, int window_frames) {
-  std::vector<float> window(static_cast<size_t>(n_mels) * window_frames, 0.0f);
-  for (int row = 0; row < n_mels; ++row) {
-    const float* from = mel.data() + row * total_frames + seek;
-    std::copy(from, from + count, window.begin() + static_cast<int64_t>(row) * window_frames);
-  }
-  return window;
+// One window of a long mel, encoded alone.
+std::shared_ptr<const EncodedWindow> encode_window(const Model& model, const LongMel& mel,
+                                                   int64_t seek, int64_t frames) {
+  const MelWindow window{&mel, seek, frames};
+  return model.encode_windows(std::span(&window, 1))[0];
 }
 
 // The text tokens of tokens[first, last): everything before <|endoftext|> (openai's segments).
@@ -273,11 +269,10 @@ WindowReport report_of(const Prompt& prompt, const Decoded& decoded, int64_t see
   return report;
 }
 
-// A recording to transcribe in batched mode: its long-form log-mel, how much of it is audio, and
-// what its windows are decoded with.
+// A recording to transcribe in batched mode: its long-form log-mel, and what its windows are
+// decoded with.
 struct Recording {
-  std::span<const float> mel;  // [n_mels x total_frames]
-  int64_t total_frames = 0, content_frames = 0;
+  const LongMel* mel = nullptr;
   Prompt prompt;
   Transcript* transcript = nullptr;
 };
@@ -290,7 +285,7 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
                         const LogitRules& rules, int max_tokens) {
   const Config& config = model.config();
   const Vocabulary& vocabulary = model.vocabulary();
-  const int n_mels = config.n_mels, window_frames = config.window_frames();
+  const int window_frames = config.window_frames();
   const int input_stride = window_frames / config.max_source_positions;
   const bool greedy = options.temperatures[0] == 0 && options.beam_size <= 1;
   std::mt19937_64 random(options.seed);
@@ -301,9 +296,9 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
   };
   std::vector<Window> queue;
   for (size_t r = 0; r < recordings.size(); ++r) {
-    for (int64_t seek = 0; seek < recordings[r].content_frames; seek += window_frames) {
-      queue.push_back(
-          {r, seek, std::min<int64_t>(window_frames, recordings[r].content_frames - seek)});
+    const int64_t content_frames = recordings[r].mel->content_frames();
+    for (int64_t seek = 0; seek < content_frames; seek += window_frames) {
+      queue.push_back({r, seek, std::min<int64_t>(window_frames, content_frames - seek)});
     }
   }
   std::vector<std::vector<int32_t>> all_tokens(recordings.size());
@@ -312,16 +307,14 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
   // can be tried again in halves).
   auto decode_batch = [&](std::span<const Window> batch, std::vector<Prompt>& prompts) {
     const int count = static_cast<int>(batch.size());
-    std::vector<float> batch_mel;
+    std::vector<MelWindow> cuts;
     prompts.clear();
     for (const Window& w : batch) {
       const Recording& recording = recordings[w.recording];
-      const std::vector<float> window =
-          window_at(recording.mel, n_mels, recording.total_frames, w.seek, w.frames, window_frames);
-      batch_mel.insert(batch_mel.end(), window.begin(), window.end());
+      cuts.push_back({recording.mel, w.seek, w.frames});
       prompts.push_back(recording.prompt);
     }
-    const auto windows = model.encode_batch(batch_mel, count);
+    const auto windows = model.encode_windows(cuts);
     std::vector<Decoded> decoded(count);
     if (greedy) {
       std::vector<WindowResult> results =
@@ -379,33 +372,20 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
 
 namespace {
 
-// The frames of a long-form log-mel, checked against the model and the audio it holds.
-int64_t checked_frames(const Model& model, std::span<const float> mel, int64_t content_frames) {
+// Throws hark::Error unless the model's config cuts windows that make sense.
+void check_config(const Model& model) {
   const Config& config = model.config();
-  const int n_mels = config.n_mels;
-  if (n_mels <= 0 || config.window_frames() <= 0 || config.max_source_positions <= 0) {
-    fail("Whisper transcribe: invalid model config (", n_mels, " mels, ", config.window_frames(),
-         " frames per window)");
+  if (config.n_mels <= 0 || config.window_frames() <= 0 || config.max_source_positions <= 0) {
+    fail("Whisper transcribe: invalid model config (", config.n_mels, " mels, ",
+         config.window_frames(), " frames per window)");
   }
-  if (mel.size() % n_mels != 0) {
-    fail("Whisper transcribe: ", mel.size(), " log-mel values are not ", n_mels, " rows");
-  }
-  const int64_t total_frames = static_cast<int64_t>(mel.size() / n_mels);
-  if (content_frames < 0 || content_frames > total_frames) {
-    fail("Whisper transcribe: ", content_frames, " frames of audio in a log-mel of ", total_frames,
-         " frames");
-  }
-  return total_frames;
 }
 
 // The language of a recording: given, or detected on its first window.
-LanguageChoice language_of(const Model& model, const Options& options, std::span<const float> mel,
-                           int64_t total_frames) {
-  const Config& config = model.config();
+LanguageChoice language_of(const Model& model, const Options& options, const LongMel& mel) {
   return choose_language(model, options, [&] {
-    const int64_t count = std::min<int64_t>(total_frames, config.window_frames());
-    return model.encode(
-        window_at(mel, config.n_mels, total_frames, 0, count, config.window_frames()));
+    return encode_window(model, mel, 0,
+                         std::min<int64_t>(mel.total_frames(), model.config().window_frames()));
   });
 }
 
@@ -422,10 +402,11 @@ int max_tokens_of(const Model& model, const Options& options) {
   return options.max_tokens > 0 ? options.max_tokens : model.config().max_target_positions / 2;
 }
 
-// Batched mode over recordings given as (long-form log-mel, frames of audio) pairs.
-std::vector<Transcript> transcribe_mels_batched(
-    const Model& model, const text::BpeTokenizer& tokenizer,
-    std::span<const std::pair<std::span<const float>, int64_t>> mels, const Options& options) {
+// Batched mode over recordings given as their long-form log-mels.
+std::vector<Transcript> transcribe_mels_batched(const Model& model,
+                                                const text::BpeTokenizer& tokenizer,
+                                                std::span<const LongMel* const> mels,
+                                                const Options& options) {
   const Config& config = model.config();
   const Vocabulary& vocabulary = model.vocabulary();
   const std::vector<int32_t> initial_prompt = initial_prompt_tokens(tokenizer, options);
@@ -434,12 +415,11 @@ std::vector<Transcript> transcribe_mels_batched(
   std::vector<Transcript> transcripts(mels.size());
   std::vector<Recording> recordings;
   for (size_t i = 0; i < mels.size(); ++i) {
-    const auto [mel, content_frames] = mels[i];
-    const int64_t total_frames = checked_frames(model, mel, content_frames);
-    const LanguageChoice language = language_of(model, options, mel, total_frames);
+    const LongMel& mel = *mels[i];
+    const LanguageChoice language = language_of(model, options, mel);
     transcripts[i].language = language.code;
-    transcripts[i].duration = static_cast<double>(content_frames) * kHopLength / kSampleRate;
-    recordings.push_back({mel, total_frames, content_frames,
+    transcripts[i].duration = static_cast<double>(mel.content_frames()) * kHopLength / kSampleRate;
+    recordings.push_back({&mel,
                           make_prompt(vocabulary, config.max_target_positions, initial_prompt,
                                       language.token, task, options.timestamps),
                           &transcripts[i]});
@@ -449,26 +429,22 @@ std::vector<Transcript> transcribe_mels_batched(
   return transcripts;
 }
 
-}  // namespace
-
-Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenizer,
-                          std::span<const float> mel, int64_t content_frames,
-                          const Options& options) {
-  validate(options);
+// transcribe_mel over a long mel wherever it is (options validated).
+Transcript transcribe_long_mel(const Model& model, const text::BpeTokenizer& tokenizer,
+                               const LongMel& mel, const Options& options) {
   if (options.batch_size > 1) {
-    const std::pair<std::span<const float>, int64_t> one[] = {{mel, content_frames}};
+    const LongMel* const one[] = {&mel};
     return std::move(transcribe_mels_batched(model, tokenizer, one, options)[0]);
   }
   const Config& config = model.config();
   const Vocabulary& vocabulary = model.vocabulary();
-  const int n_mels = config.n_mels;
   const int window_frames = config.window_frames();
-  const int64_t total_frames = checked_frames(model, mel, content_frames);
+  const int64_t content_frames = mel.content_frames();
   const int input_stride = window_frames / config.max_source_positions;
 
   Transcript transcript;
   transcript.duration = static_cast<double>(content_frames) * kHopLength / kSampleRate;
-  const LanguageChoice language = language_of(model, options, mel, total_frames);
+  const LanguageChoice language = language_of(model, options, mel);
   transcript.language = language.code;
   const int32_t task =
       options.task == Task::translate ? vocabulary.translate : vocabulary.transcribe;
@@ -489,7 +465,7 @@ Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenize
   while (seek < content_frames) {
     const int64_t segment_frames = std::min<int64_t>(window_frames, content_frames - seek);
     const std::shared_ptr<const EncodedWindow> window =
-        model.encode(window_at(mel, n_mels, total_frames, seek, segment_frames, window_frames));
+        encode_window(model, mel, seek, segment_frames);
     std::vector<int32_t> previous;
     if (options.carry_initial_prompt) {
       const size_t since = std::max(initial_prompt.size(), prompt_reset_since);
@@ -528,32 +504,23 @@ Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenize
   return transcript;
 }
 
-namespace {
-
-// openai's long-form log-mel of a recording: the samples followed by 30 s of zeros, of which
-// the first `content_frames` frames are audio.
-struct LongMel {
-  std::vector<float> mel;
-  int64_t content_frames = 0;
-};
-
-LongMel long_mel(const Model& model, std::span<const float> samples) {
-  if (samples.empty()) fail("Whisper transcribe: the audio is empty (0 samples)");
-  const features::MelSpectrogram spectrogram(features::whisper_mel_config(model.config().n_mels));
-  LongMel result;
-  result.mel = features::whisper_long_log_mel(spectrogram, samples);
-  const int64_t total_frames = static_cast<int64_t>(result.mel.size()) / model.config().n_mels;
-  result.content_frames = std::max<int64_t>(total_frames - features::kWhisperWindowFrames, 0);
-  return result;
-}
-
 }  // namespace
+
+Transcript transcribe_mel(const Model& model, const text::BpeTokenizer& tokenizer,
+                          std::span<const float> mel, int64_t content_frames,
+                          const Options& options) {
+  validate(options);
+  check_config(model);
+  return transcribe_long_mel(model, tokenizer,
+                             HostLongMel(mel, model.config().n_mels, content_frames), options);
+}
 
 Transcript transcribe(const Model& model, const text::BpeTokenizer& tokenizer,
                       std::span<const float> samples, const Options& options) {
   validate(options);
-  const LongMel mel = long_mel(model, samples);
-  Transcript transcript = transcribe_mel(model, tokenizer, mel.mel, mel.content_frames, options);
+  check_config(model);
+  const std::unique_ptr<LongMel> mel = model.long_mel(samples);
+  Transcript transcript = transcribe_long_mel(model, tokenizer, *mel, options);
   transcript.duration = static_cast<double>(samples.size()) / kSampleRate;
   return transcript;
 }
@@ -569,10 +536,13 @@ std::vector<Transcript> transcribe_many(const Model& model, const text::BpeToken
     }
     return transcripts;
   }
-  std::vector<LongMel> mels;
-  std::vector<std::pair<std::span<const float>, int64_t>> views;
-  for (std::span<const float> samples : recordings) mels.push_back(long_mel(model, samples));
-  for (const LongMel& mel : mels) views.emplace_back(mel.mel, mel.content_frames);
+  check_config(model);
+  std::vector<std::unique_ptr<LongMel>> mels;
+  std::vector<const LongMel*> views;
+  for (std::span<const float> samples : recordings) {
+    mels.push_back(model.long_mel(samples));
+    views.push_back(mels.back().get());
+  }
   transcripts = transcribe_mels_batched(model, tokenizer, views, options);
   for (size_t i = 0; i < recordings.size(); ++i) {
     transcripts[i].duration = static_cast<double>(recordings[i].size()) / kSampleRate;

@@ -74,7 +74,8 @@ struct Options {
 };
 
 // Transcribes 16-kHz mono samples: openai's long-form log-mel (the samples followed by 30 s of
-// zeros), then transcribe_mel. Throws hark::Error on empty audio or invalid options.
+// zeros; Model::long_mel, on the GPU for the CUDA model), then what transcribe_mel does over it.
+// Throws hark::Error on empty audio or invalid options.
 Transcript transcribe(const Model& model, const text::BpeTokenizer& tokenizer,
                       std::span<const float> samples, const Options& options);
 

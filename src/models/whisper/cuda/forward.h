@@ -8,6 +8,7 @@
 #include <span>
 
 #include "compute/cuda/graph.h"
+#include "compute/cuda/kernels.h"
 #include "models/whisper/cuda/weights.h"
 
 namespace hark::whisper::cuda {
@@ -16,16 +17,17 @@ namespace hark::whisper::cuda {
 // windows, about 70 MB each) leaves it for the next call (`kept`); a larger one has encode() free
 // all but `x` and `hidden` past the layers, before it allocates the outputs, and the caller the
 // rest after it: decoding the batch needs the memory more than the next encode needs the
-// allocations saved. `staging` carries the mel up.
+// allocations saved. `staging` carries a mel from the host up; `cuts` holds the windows of a
+// mel already on the device.
 struct EncoderBuffers {
-  gpu::Buffer mel, time_major, unfolded, conv1, x, h, qkv, context, hidden;
+  gpu::Buffer mel, cuts, time_major, unfolded, conv1, x, h, qkv, context, hidden;
   gpu::StagingBuffer staging;
   gpu::ReplayedGraph layers;  // the layers of a small batch (forward_cuda.cpp)
   bool kept = false;          // set by encode()
 
   static constexpr size_t kKeptBytes = size_t{256} << 20;
-  std::array<gpu::Buffer*, 9> buffers() {
-    return {&mel, &time_major, &unfolded, &conv1, &x, &h, &qkv, &context, &hidden};
+  std::array<gpu::Buffer*, 10> buffers() {
+    return {&mel, &cuts, &time_major, &unfolded, &conv1, &x, &h, &qkv, &context, &hidden};
   }
 };
 
@@ -64,11 +66,20 @@ struct EncodedBuffers {
   int count = 0;
 };
 
-// mel: `count` windows on the host, F32 [count, n_mels, window_frames()], uploaded through the
-// scratch's staging memory. Unless the scratch is kept (EncoderBuffers), what the end of
-// the pass no longer needs is released before the outputs are allocated.
-void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float* mel, int count,
-            CrossKvStorage storage, EncoderBuffers& scratch, EncodedBuffers& out);
+// Where encode() takes its `count` windows' log-mel from, one of:
+//   host_mel: F32 [count, n_mels, window_frames()] on the host, uploaded through the scratch's
+//     staging memory;
+//   cuts: `count` windows (host memory) of time-major log-mels on the device
+//     (features/mel_cuda.h), copied into the encoder's input there.
+struct EncoderInput {
+  const float* host_mel = nullptr;
+  const gpu::MelWindowCut* cuts = nullptr;
+};
+
+// Unless the scratch is kept (EncoderBuffers), what the end of the pass no longer needs is
+// released before the outputs are allocated.
+void encode(gpu::Pass& pass, const Config& config, const Weights& w, const EncoderInput& input,
+            int count, CrossKvStorage storage, EncoderBuffers& scratch, EncodedBuffers& out);
 
 // Self-attention K/V caches of every decoder layer for `sequences` slots of `capacity`
 // positions: keys(l) and values(l) are [sequences, capacity, d].

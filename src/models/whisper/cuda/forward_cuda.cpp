@@ -98,24 +98,34 @@ CrossKvStorage cross_kv_storage(const Config& config, const Weights& w) {
   return requested.value_or(CrossKvStorage::native);
 }
 
-void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float* mel, int count,
-            CrossKvStorage storage, EncoderBuffers& s, EncodedBuffers& out) {
+void encode(gpu::Pass& pass, const Config& config, const Weights& w, const EncoderInput& input,
+            int count, CrossKvStorage storage, EncoderBuffers& s, EncodedBuffers& out) {
   const gpu::Element e = pass.element();
   const int64_t n_mels = config.n_mels, in_frames = config.window_frames();
   const int64_t frames = config.max_source_positions, d = config.d_model;
   const int64_t rows = count * frames;
   const int layers = config.decoder_layers;
 
-  pass.mark("encoder: the mel to the GPU");
-  // From page-locked memory, in pieces copied in on parallel threads: from the caller's pageable
-  // memory the driver copies through a staging area of its own, several times slower.
-  const size_t mel_bytes = sizeof(float) * count * n_mels * in_frames;
-  s.mel.reserve(mel_bytes);
-  s.staging.upload_from(mel, mel_bytes, s.mel.data(), pass.stream());
-  pass.mark("encoder convolutions");
   s.time_major.reserve(pass.bytes(count * in_frames * n_mels));
-  gpu::mel_to_time_major(s.mel.as<float>(), count, n_mels, in_frames, e, s.time_major.data(),
-                         pass.stream());
+  if (input.host_mel != nullptr) {
+    pass.mark("encoder: the mel to the GPU");
+    // From page-locked memory, in pieces copied in on parallel threads: from the caller's
+    // pageable memory the driver copies through a staging area of its own, several times slower.
+    const size_t mel_bytes = sizeof(float) * count * n_mels * in_frames;
+    s.mel.reserve(mel_bytes);
+    s.staging.upload_from(input.host_mel, mel_bytes, s.mel.data(), pass.stream());
+    pass.mark("encoder convolutions");
+    gpu::mel_to_time_major(s.mel.as<float>(), count, n_mels, in_frames, e, s.time_major.data(),
+                           pass.stream());
+  } else {
+    pass.mark("encoder: the mel's windows");
+    const size_t cut_bytes = sizeof(gpu::MelWindowCut) * count;
+    s.cuts.reserve(cut_bytes);
+    gpu::upload(input.cuts, cut_bytes, s.cuts.data(), pass.stream());
+    gpu::mel_windows_to_time_major(s.cuts.as<const gpu::MelWindowCut>(), count, in_frames, n_mels,
+                                   e, s.time_major.data(), pass.stream());
+    pass.mark("encoder convolutions");
+  }
 
   // conv1 (stride 1) and conv2 (stride 2), each as an unfold and one product, then GELU.
   s.unfolded.reserve(pass.bytes(count * in_frames * std::max(n_mels, d) * 3));
@@ -174,6 +184,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const float
   s.kept = scratch_bytes <= EncoderBuffers::kKeptBytes;
   if (!s.kept) {
     s.mel = {};
+    s.cuts = {};
     s.time_major = {};
     s.unfolded = {};
     s.conv1 = {};

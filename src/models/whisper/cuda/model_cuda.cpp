@@ -12,6 +12,9 @@
 #include "base/error.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/graph.h"
+#include "features/mel.h"
+#include "features/mel_cuda.h"
+#include "features/whisper_mel.h"
 #include "format/gguf.h"
 #include "models/whisper/config.h"
 #include "models/whisper/cuda/forward.h"
@@ -66,6 +69,37 @@ class CudaWindow final : public EncodedWindow {
   int index;
 };
 
+// A recording's long-form log-mel computed by the GPU front end and left there, time-major
+// (features::DeviceMelBatch of one utterance: F32 [total_frames, n_mels]).
+class DeviceLongMel final : public LongMel {
+ public:
+  DeviceLongMel(const CudaWhisper* owner, int n_mels, features::DeviceMelBatch features)
+      : LongMel(n_mels, features.frames.at(0),
+                std::max<int64_t>(features.frames.at(0) - features::kWhisperWindowFrames, 0)),
+        owner(owner),
+        features(std::move(features)) {}
+
+  // On the host: the rows downloaded, then laid out mel-major.
+  std::vector<float> window(int64_t seek, int64_t count, int window_frames) const override {
+    check_window(seek, count, window_frames);
+    std::vector<float> rows(static_cast<size_t>(count * n_mels_));
+    gpu::download(features.data() + seek * n_mels_, rows.size() * sizeof(float), rows.data());
+    std::vector<float> window(static_cast<size_t>(n_mels_) * window_frames, 0.0f);
+    for (int64_t t = 0; t < count; ++t) {
+      for (int m = 0; m < n_mels_; ++m) window[m * window_frames + t] = rows[t * n_mels_ + m];
+    }
+    return window;
+  }
+
+  gpu::MelWindowCut cut(int64_t seek, int64_t count, int window_frames) const {
+    check_window(seek, count, window_frames);
+    return {features.data() + seek * n_mels_, count};
+  }
+
+  const CudaWhisper* owner;
+  features::DeviceMelBatch features;
+};
+
 // A step's device inputs, uploaded per call (the host-driven session).
 struct StepInputs {
   gpu::Buffer ids, position_ids, positions;
@@ -109,25 +143,49 @@ class CudaWhisper final : public Model {
   std::vector<std::shared_ptr<const EncodedWindow>> encode_batch(std::span<const float> mel,
                                                                  int count) const override {
     check_windows(mel, count);
-    auto batch = std::make_shared<EncodedBatch>();
-    {
-      // A small batch's scratch stays for the next call; a large one's is freed (forward.h).
-      std::lock_guard lock(mutex_);
-      cuda::encode(*pass_, config_, weights_, mel.data(), count, cross_kv_storage_, scratch_,
-                   batch->buffers);
-      stream_.synchronize();
-      if (!scratch_.kept) {
-        for (gpu::Buffer* buffer : scratch_.buffers()) *buffer = {};
-      }
+    return encode_input({.host_mel = mel.data()}, count);
+  }
+
+  // Windows of this model's device mels are cut there; any other mel goes through the host.
+  std::vector<std::shared_ptr<const EncodedWindow>> encode_windows(
+      std::span<const MelWindow> windows) const override {
+    std::vector<gpu::MelWindowCut> cuts;
+    for (const MelWindow& w : windows) {
+      const auto* device = dynamic_cast<const DeviceLongMel*>(w.mel);
+      if (device == nullptr || device->owner != this) return Model::encode_windows(windows);
+      cuts.push_back(device->cut(w.seek, w.frames, config_.window_frames()));
     }
-    std::vector<std::shared_ptr<const EncodedWindow>> windows;
-    for (int i = 0; i < count; ++i) windows.push_back(std::make_shared<CudaWindow>(this, batch, i));
-    return windows;
+    if (cuts.empty()) fail("whisper encoder: no windows to encode");
+    return encode_input({.cuts = cuts.data()}, static_cast<int>(cuts.size()));
   }
 
   std::unique_ptr<DecoderSession> start(std::shared_ptr<const EncodedWindow> window,
                                         int n_sequences) const override;
 
+ protected:
+  // On the GPU front end (features/mel_cuda.h), which gives what the CPU's gives to F32
+  // rounding; the features stay on the device for encode_windows.
+  std::unique_ptr<LongMel> compute_long_mel(std::span<const float> samples) const override {
+    const std::span<const float> one[] = {samples};
+    features::DeviceMelBatch features;
+    std::lock_guard lock(mutex_);
+    if (front_end_ == nullptr) {
+      front_end_ = std::make_unique<features::CudaMelSpectrogram>(
+          features::MelSpectrogram(features::whisper_mel_config(config_.n_mels)));
+    }
+    pass_->mark("features: the samples to the GPU");
+    front_end_->compute(one, stream_.get(), features, &pass_->clock(),
+                        features::kWhisperWindowSamples);
+    pass_->finish_stages();
+    // Ready for every stream (a window read back to the host, another model's encoder); the
+    // samples on the device (an hour: 230 MB) are no longer needed.
+    stream_.synchronize();
+    features.signal = {};
+    features.utterances = {};
+    return std::make_unique<DeviceLongMel>(this, config_.n_mels, std::move(features));
+  }
+
+ public:
   bool decodes_batches() const override { return true; }
   std::vector<GreedyOutcome> decode_greedy(std::span<const GreedyJob> jobs, bool timestamps,
                                            int exact_steps, GreedyTiming* timing) const override;
@@ -183,8 +241,28 @@ class CudaWhisper final : public Model {
   gpu::Stream stream_;
   std::unique_ptr<gpu::Pass> pass_;
   // Under mutex_: the encoder's scratch (forward.h: kept between calls only when small) and its
-  // staging memory. After stream_, so that it goes first.
+  // staging memory, and the front end (made at its first use). After stream_, so that they go
+  // first.
   mutable EncoderBuffers scratch_;
+  mutable std::unique_ptr<features::CudaMelSpectrogram> front_end_;
+
+  std::vector<std::shared_ptr<const EncodedWindow>> encode_input(const cuda::EncoderInput& input,
+                                                                 int count) const {
+    auto batch = std::make_shared<EncodedBatch>();
+    {
+      // A small batch's scratch stays for the next call; a large one's is freed (forward.h).
+      std::lock_guard lock(mutex_);
+      cuda::encode(*pass_, config_, weights_, input, count, cross_kv_storage_, scratch_,
+                   batch->buffers);
+      stream_.synchronize();
+      if (!scratch_.kept) {
+        for (gpu::Buffer* buffer : scratch_.buffers()) *buffer = {};
+      }
+    }
+    std::vector<std::shared_ptr<const EncodedWindow>> windows;
+    for (int i = 0; i < count; ++i) windows.push_back(std::make_shared<CudaWindow>(this, batch, i));
+    return windows;
+  }
 };
 
 std::vector<float> CudaWindow::frames() const {
