@@ -38,6 +38,10 @@ const Option bench_options[] = {
     {"type", 0, "TYPE", "Weight type: f32, f16 (default), bf16 or q8_0."},
     {"tokens", 0, "N", "Whisper: decoder steps timed per window (default 120)."},
     {"windows", 0, "N", "Whisper: encoder windows timed (default 3)."},
+    {"spread", 0, "",
+     "Whisper (GPU): after each batch's row, a row that decodes the batch\n"
+     "with the windows' lengths spread uniformly over N/4 to 7N/4 tokens\n"
+     "(N = --tokens, seeded), as real windows end at different lengths."},
     {"threads", 't', "N", "CPU threads (default: all cores)."},
     device_option,
     {"batches", 0, "LIST",
@@ -61,7 +65,7 @@ const Option bench_options[] = {
      "kernel, and one Hopper kernel with the activation in its epilogue."},
 };
 
-constexpr std::string_view whisper_only_options[] = {"tokens", "windows"};
+constexpr std::string_view whisper_only_options[] = {"tokens", "windows", "spread"};
 constexpr std::string_view parakeet_only_options[] = {"seconds", "repeats", "pipeline", "mixed"};
 
 constexpr std::string_view bench_description =
@@ -76,9 +80,13 @@ constexpr std::string_view bench_description =
     "encoded as one batch (after two untimed encodes: buffers, tuned products,\n"
     "the graph a small batch's encoder replays) and decoded together by the\n"
     "batched greedy search (CUDA Graph step, logit rules and argmax on the GPU),\n"
-    "running exactly --tokens steps whatever the random weights choose; the\n"
-    "step's cost does not depend on the tokens. RTFx at batch B = 3600 s /\n"
+    "each window sampling exactly --tokens tokens whatever the random weights\n"
+    "choose (<|endoftext|> ends none); the step's cost does not depend on the\n"
+    "tokens. RTFx at batch B = 3600 s /\n"
     "(120 x (encoder + prompt per window) + 120 x 120 x step / B).\n"
+    "--spread adds a row per batch whose windows end after different numbers\n"
+    "of tokens: the batch steps until its longest window is done, the finished\n"
+    "ones costing the steps little; its RTFx counts everything the decode took.\n"
     "The encoder's windows come from the host (uploaded at each call); the\n"
     "last column times the same batch cut from a log-mel already on the GPU,\n"
     "as hark run encodes. Before the table: the front end, 1 h of noise to its\n"
@@ -239,7 +247,7 @@ std::unique_ptr<whisper::LongMel> bench_front_end(const whisper::Model& model) {
 // Per batch size: windows encoded as one batch, then decoded together for exactly `tokens` steps.
 // The encoder is timed from windows on the host (uploaded at each call), then from windows of a
 // log-mel on the GPU (as transcribe() encodes them there).
-void bench_gpu(const whisper::Model& model, int tokens, int repeats,
+void bench_gpu(const whisper::Model& model, int tokens, int repeats, bool spread,
                const std::vector<int>& batches) {
   const whisper::Config& config = model.config();
   const std::vector<int32_t> prompt = bench_prompt(model.vocabulary());
@@ -271,10 +279,19 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
     for (const auto& window : windows) jobs.push_back({window, prompt, 0, tokens});
     whisper::GreedyTiming timing;
     compute::cuda::profiler_stop();
-    model.decode_greedy(jobs, /*timestamps=*/false, tokens, &timing);  // warm-up
+    model.decode_greedy(jobs, /*timestamps=*/false, /*exact_lengths=*/true, &timing);  // warm-up
     compute::cuda::profiler_start();
-    model.decode_greedy(jobs, /*timestamps=*/false, tokens, &timing);
+    model.decode_greedy(jobs, /*timestamps=*/false, /*exact_lengths=*/true, &timing);
     compute::cuda::profiler_stop();
+    // The same windows, each ending after its own number of tokens (the same ones every run).
+    whisper::GreedyTiming spread_timing;
+    if (spread) {
+      std::mt19937 random(static_cast<unsigned>(batch));
+      std::uniform_int_distribution<int> length(std::max(1, tokens / 4), tokens * 7 / 4);
+      for (whisper::GreedyJob& job : jobs) job.limit = length(random);
+      model.decode_greedy(jobs, /*timestamps=*/false, /*exact_lengths=*/true, &spread_timing);
+      model.decode_greedy(jobs, /*timestamps=*/false, /*exact_lengths=*/true, &spread_timing);
+    }
     const double encoder = median(encoder_ms);
     const double prompt_ms = timing.prompt_ms / batch;
     const double step = timing.steps > 0 ? timing.steps_ms / timing.steps : 0;
@@ -297,6 +314,15 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats,
     }
     std::printf("%6d %14.2f %14.2f %14.3f %12.2f %10.0f %16.2f\n", batch, encoder, prompt_ms, step,
                 peak, workload_rtfx(encoder, prompt_ms, step, batch), median(device_mel_ms));
+    if (spread) {
+      // The hour as 120 windows of this spread, decoded in batches like this one.
+      const double decode_ms =
+          spread_timing.prompt_ms + spread_timing.setup_ms + spread_timing.steps_ms;
+      const double seconds = 120 * (encoder + decode_ms / batch) / 1000;
+      std::printf("%6s %d..%d tokens: %d steps, decode %.2f ms a window, RTFx %.0f\n", "spread",
+                  std::max(1, tokens / 4), tokens * 7 / 4, spread_timing.steps + 2,
+                  decode_ms / batch, 3600 / seconds);
+    }
     std::fflush(stdout);
   }
   print_gpu_profile();
@@ -516,9 +542,19 @@ int bench_whisper(const ParsedArgs& args, const std::string& name, const std::st
   const DType type = dtype_from_name(args.value_or("type", "f16"));
   const int tokens = args.int_or("tokens", 120, 2, config.max_target_positions - 8);
   const int windows = args.int_or("windows", 3, 1, 1000);
+  const bool spread = args.has("spread");
+  // A spread window's prompt (4 tokens) and its sampled tokens but the last fit the context.
+  if (spread && tokens * 7 / 4 + 3 > config.max_target_positions) {
+    usage_fail("--spread: --tokens ", tokens, " spreads up to ", tokens * 7 / 4,
+               " tokens a window, more than ", name, "'s decoder context of ",
+               config.max_target_positions, " takes after the prompt");
+  }
   if (args.has("threads")) compute::set_threads(args.int_or("threads", 1, 1, 1024));
   const whisper::Device device = device_from_args(args);
   const std::vector<int> batches = batch_list(args.value_or("batches", "1,16,64"));
+  if (spread && device != whisper::Device::cuda) {
+    usage_fail("--spread times the batched decode, which runs on the GPU (--device cuda)");
+  }
 
   std::fprintf(stderr, "hark: writing random %s weights (%s)...\n", name.data(),
                std::string(dtype_name(type)).c_str());
@@ -527,7 +563,7 @@ int bench_whisper(const ParsedArgs& args, const std::string& name, const std::st
   std::printf("model            %s (%s weights, random) on %s\n", name.data(),
               std::string(dtype_name(type)).c_str(), device_name(device));
   if (device == whisper::Device::cuda) {
-    bench_gpu(*model, tokens, windows, batches);
+    bench_gpu(*model, tokens, windows, spread, batches);
   } else {
     bench_cpu(*model, tokens, windows);
   }

@@ -165,6 +165,9 @@ TEST(CliBench, ParakeetHelpAndErrors) {
             "--mixed"},
            {{"bench", "--model", "tiny", "--mixed", "60"}, 2, "--mixed"},
            {{"bench", "--model", "tiny", "--seconds", "5"}, 2, "--seconds"},
+           {{"bench", "--model", "parakeet-tiny-test", "--spread"}, 2, "--spread"},
+           {{"bench", "--model", "tiny", "--spread", "--device", "cpu"}, 2, "--device cuda"},
+           {{"bench", "--model", "tiny", "--spread", "--tokens", "300"}, 2, "context"},
        }) {
     const ProcessResult result = hark(args);
     EXPECT_EQ(result.signal, 0) << describe(result);

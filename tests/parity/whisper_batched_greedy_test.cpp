@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -129,6 +130,52 @@ TEST(WhisperCudaBatchedGreedy, MatchesDecodeWindowOnTheCpu) {
       EXPECT_NEAR(batched[i].sum_logprob, expected.sum_logprob,
                   1e-4 * (1 + std::abs(expected.sum_logprob)));
       EXPECT_NEAR(batched[i].no_speech_prob, expected.no_speech_prob, 1e-4);
+    }
+  }
+}
+
+// Windows whose limits differ end at different steps; once done, their attentions read no keys
+// (gpu::advance_search) while the others go on. Every window must still decode as it does alone
+// on the CPU, with skipping and without, in the fused step (up to 8 windows) and past it.
+TEST(WhisperCudaBatchedGreedy, WindowsEndingEarlyLeaveTheOthersAsTheyWere) {
+  if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
+  const Pair models = load_pair("tiny-random-large-v3", DType::F32);
+  const Config& config = models.cpu->config();
+  const Vocabulary& vocabulary = models.cpu->vocabulary();
+  const std::vector<float> three = testing::three_windows(config.n_mels);
+  std::vector<float> mel;
+  for (int i = 0; i < 3; ++i) mel.insert(mel.end(), three.begin(), three.end());
+  const std::vector<int> limits = {3, 40, 11, 25, 1, 40, 7, 33, 19};
+  const LogitRules rules(vocabulary, config.vocab_size, /*timestamps=*/false);
+  const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, {},
+                                    vocabulary.first_language, vocabulary.transcribe, false);
+  const auto cpu_windows = models.cpu->encode_batch(mel, 9);
+  std::vector<WindowResult> expected;
+  for (int i = 0; i < 9; ++i) {
+    SearchOptions options;
+    options.max_tokens = limits[i];
+    expected.push_back(decode_window(*models.cpu, cpu_windows[i], prompt, rules, options));
+  }
+  for (const int count : {5, 9}) {
+    const auto gpu_windows =
+        models.cuda->encode_batch(std::span(mel).first(three.size() / 3 * count), count);
+    for (const char* skip : {"1", "0"}) {
+      SCOPED_TRACE(std::to_string(count) + " windows, HARK_CUDA_SKIP_FINISHED=" + skip);
+      const testing::ScopedEnv skipping("HARK_CUDA_SKIP_FINISHED", skip);
+      std::vector<GreedyJob> jobs;
+      for (int i = 0; i < count; ++i) {
+        jobs.push_back({gpu_windows[i], prompt.tokens, prompt.sot_index, limits[i]});
+      }
+      const std::vector<GreedyOutcome> outcomes =
+          models.cuda->decode_greedy(jobs, /*timestamps=*/false);
+      for (int i = 0; i < count; ++i) {
+        SCOPED_TRACE("window " + std::to_string(i) + ", limit " + std::to_string(limits[i]));
+        std::vector<int32_t> tokens = expected[i].tokens;
+        if (expected[i].ended) tokens.push_back(vocabulary.eot);
+        EXPECT_EQ(outcomes[i].tokens, tokens);
+        EXPECT_NEAR(outcomes[i].sum_logprob, expected[i].sum_logprob,
+                    1e-4 * (1 + std::abs(expected[i].sum_logprob)));
+      }
     }
   }
 }

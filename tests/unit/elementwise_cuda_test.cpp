@@ -359,19 +359,6 @@ TEST(ElementwiseCuda, DequantizeQ8_0MatchesCpu) {
   }
 }
 
-TEST(ElementwiseCuda, AdvanceLengthsAddsToEveryLength) {
-  if (!hark::compute::cuda::available())
-    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  const std::vector<int32_t> lengths = {0, 5, 7, 1000};
-  const Buffer device = upload_vector<int32_t>(lengths);
-  advance_lengths(device.as<int32_t>(), 3, 4, nullptr);  // the last one stays
-  advance_lengths(device.as<int32_t>(), 3, -1, nullptr);
-  check(cudaDeviceSynchronize(), "synchronize");
-  std::vector<int32_t> got(lengths.size());
-  download(device.data(), got.size() * sizeof(int32_t), got.data());
-  EXPECT_EQ(got, (std::vector<int32_t>{3, 8, 10, 1000}));
-}
-
 // ---- gemv_q8_0 --------------------------------------------------------------------------------
 
 struct GemvCase {

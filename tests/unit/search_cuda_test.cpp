@@ -114,7 +114,8 @@ double log_sum_exp(std::span<const float> scores) {
 }
 
 // One step of search.cpp's greedy_or_sample at temperature 0 for every sequence (plus the
-// capacity limit of the device state); rules `logits` [batch, vocab] in place, returns the tokens.
+// capacity limit of the device state: a sequence that reaches it is done); rules `logits`
+// [batch, vocab] in place, returns the tokens.
 std::vector<int32_t> cpu_step(const Rules& rules, std::vector<Sequence>& sequences,
                               std::vector<float>& logits, int capacity) {
   const int vocab = rules.device.vocab_size;
@@ -131,7 +132,8 @@ std::vector<int32_t> cpu_step(const Rules& rules, std::vector<Sequence>& sequenc
         static_cast<int32_t>(std::max_element(scores.begin(), scores.end()) - scores.begin());
     sequence.sum_logprob += scores[token] - log_sum_exp(scores);
     sequence.history.push_back(token);
-    sequence.done = token == rules.device.eot;
+    sequence.done =
+        token == rules.device.eot || static_cast<int>(sequence.history.size()) >= capacity;
     next[s] = token;
   }
   return next;
@@ -528,6 +530,58 @@ TEST(CudaGreedyStep, EveryTokenBannedEndsTheWindowWithMinusInfinity) {
   EXPECT_EQ(after[0].history, (std::vector<int32_t>{t0, 440, v.eot}));
   EXPECT_TRUE(after[0].done);
   EXPECT_EQ(after[0].sum_logprob, -std::numeric_limits<double>::infinity());
+}
+
+// Benchmarks of fixed lengths: with eot_ends false an <|endoftext|> is a token like any other,
+// and the window goes on to its limit, where it is done.
+TEST(CudaGreedyStep, WithoutEotEndingAWindowRunsToItsLimit) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  const Vocabulary v = large_v3_vocabulary();
+  Rules rules(v, kLargeV3Vocab, /*timestamps=*/false);
+  rules.device.eot_ends = false;
+  const std::vector<Sequence> sequences = {{{440, 1002}}, {{440}}};
+  DeviceSearch device(sequences, /*capacity=*/3, kLargeV3Vocab);
+  std::vector<float> logits(2 * kLargeV3Vocab, 0.0f);
+  at(logits, kLargeV3Vocab, 0, v.eot) = 30;  // the third token: the capacity
+  at(logits, kLargeV3Vocab, 1, v.eot) = 30;
+  device.step(rules, logits);
+  EXPECT_EQ(device.next_tokens(), (std::vector<int32_t>{v.eot, v.eot}));
+  const std::vector<Sequence> after = device.sequences();
+  EXPECT_EQ(after[0].history, (std::vector<int32_t>{440, 1002, v.eot}));
+  EXPECT_TRUE(after[0].done);
+  EXPECT_EQ(after[1].history, (std::vector<int32_t>{440, v.eot}));
+  EXPECT_FALSE(after[1].done);
+}
+
+// advance_search: sequences that are not done move on; done ones stay where they ended, and
+// with skip_finished their attentions get no keys.
+TEST(CudaAdvanceSearch, MovesLiveSequencesAndHidesFinishedOnes) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  const std::vector<int32_t> positions = {4, 9, 200, 7}, lengths = {5, 10, 201, 8};
+  const std::vector<uint8_t> done = {0, 1, 0, 1};
+  const std::vector<int32_t> cross = {1500, 1500, 1500, 1500};
+  for (const bool skip : {true, false}) {
+    SCOPED_TRACE(skip ? "skipping finished sequences" : "keeping them");
+    Buffer positions_device = upload_vector(positions), lengths_device = upload_vector(lengths);
+    const Buffer done_device = upload_vector(done), cross_device = upload_vector(cross);
+    Buffer live(sizeof(int32_t) * 4), live_cross(sizeof(int32_t) * 4);
+    advance_search(positions_device.as<int32_t>(), lengths_device.as<int32_t>(), 1,
+                   done_device.as<uint8_t>(), skip, cross_device.as<int32_t>(), 4,
+                   live.as<int32_t>(), live_cross.as<int32_t>(), nullptr);
+    check(cudaDeviceSynchronize(), "advance_search");
+    auto host = [](const Buffer& buffer) {
+      std::vector<int32_t> values(buffer.bytes() / sizeof(int32_t));
+      download(buffer.data(), buffer.bytes(), values.data());
+      return values;
+    };
+    EXPECT_EQ(host(positions_device), (std::vector<int32_t>{5, 9, 201, 7}));
+    EXPECT_EQ(host(lengths_device), (std::vector<int32_t>{6, 10, 202, 8}));
+    EXPECT_EQ(host(live),
+              skip ? (std::vector<int32_t>{6, 0, 202, 0}) : (std::vector<int32_t>{6, 10, 202, 8}));
+    EXPECT_EQ(host(live_cross), skip ? (std::vector<int32_t>{1500, 0, 1500, 0}) : cross);
+  }
 }
 
 }  // namespace

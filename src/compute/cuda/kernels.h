@@ -80,9 +80,6 @@ void dequantize_q8_0(const void* blocks, int64_t rows, int64_t cols, Element e, 
 void gemv_q8_0(Element e, const void* x, int64_t batch, int64_t k_in, const void* w, int64_t n_out,
                const void* bias, const void* residual, void* y, cudaStream_t stream);
 
-// lengths[b] += by for b < batch.
-void advance_lengths(int32_t* lengths, int batch, int by, cudaStream_t stream);
-
 // ---- kernels_attention.cu ---------------------------------------------------------------------
 
 // Multi-head scaled dot-product attention over whole sequences (encoder, decoder prompt):
@@ -252,6 +249,9 @@ struct GreedyRules {
   int32_t n_suppress = 0;
   const int32_t* begin_suppress = nullptr;  // device, likewise
   int32_t n_begin_suppress = 0;
+  // false: <|endoftext|> is sampled like any other token and does not end a window, so that
+  // each runs to its limit (benchmarks of fixed lengths).
+  bool eot_ends = true;
 };
 
 // Per-sequence search state, device arrays of `batch` entries (history: [batch, capacity]).
@@ -259,7 +259,7 @@ struct GreedyState {
   int32_t* history = nullptr;  // tokens sampled so far in the window, <|endoftext|> included
   int32_t capacity = 0;        // history row length
   int32_t* count = nullptr;    // tokens in history
-  uint8_t* done = nullptr;     // 1 once <|endoftext|> was sampled
+  uint8_t* done = nullptr;     // 1 once <|endoftext|> was sampled or the limit reached
   double* sum_logprob = nullptr;
   const int32_t* limits = nullptr;  // tokens each sequence may sample (≤ capacity); null: capacity
 };
@@ -268,10 +268,21 @@ struct GreedyState {
 // rules to logits[b, :] (F32 [batch, vocab_size], modified in place) given history[b, :count[b]],
 // picks the argmax (the lowest id among equal maxima), adds its log-probability under the ruled
 // scores (score − logsumexp) to sum_logprob[b], appends it to history, sets done[b] when it is
-// <|endoftext|>, and writes it to next_tokens[b]. A done sequence gets next_tokens[b] = eot and
-// nothing else changes.
+// <|endoftext|> (unless rules.eot_ends is false) or the limit's last token, and writes it to
+// next_tokens[b]. A done sequence gets next_tokens[b] = eot and nothing else changes.
 void greedy_step(const GreedyRules& rules, float* logits, int batch, GreedyState state,
                  int32_t* next_tokens, cudaStream_t stream);
+
+// The lengths a batched decode step reads, after its search took a token. A sequence that is not
+// done (greedy_step) advances positions[b] and lengths[b] (the self-attention's keys) by `by`; a
+// done one stays where it ended, so that the tokens it is still fed (the step runs the whole
+// batch) stay inside the decoder's position table. live_lengths[b] and live_cross_lengths[b] are
+// lengths[b] and cross_lengths[b], or, with skip_finished, 0 for a done sequence: its attentions
+// then read no keys (decode_attention writes zeros), so that a finished window costs the step
+// little more than its rows of the products.
+void advance_search(int32_t* positions, int32_t* lengths, int by, const uint8_t* done,
+                    bool skip_finished, const int32_t* cross_lengths, int batch,
+                    int32_t* live_lengths, int32_t* live_cross_lengths, cudaStream_t stream);
 
 // out[r] = softmax(logits[r, :vocab])[token] for r < rows (F32 rows row_stride apart), the
 // log-sum-exp summed in double as the CPU search does (Whisper's no-speech probability).

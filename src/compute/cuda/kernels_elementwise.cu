@@ -267,7 +267,7 @@ __global__ void embed_kernel(const void* tokens, const T* positions, const int32
   }
 }
 
-// ---- im2col_1d, mel_to_time_major, convert, dequantize_q8_0, advance_lengths ------------------
+// ---- im2col_1d, mel_to_time_major, convert, dequantize_q8_0 ----------------------------------
 
 // Rows are output positions (b, t); along a row, threads walk the channels fastest so that reads
 // of x are coalesced.
@@ -350,11 +350,6 @@ __global__ void dequantize_q8_0_kernel(const uint8_t* blocks, int64_t count, T* 
 #undef HARK_ROW_LOOP
 #undef HARK_PACK_LOOP
 #undef HARK_FLAT_LOOP
-
-__global__ void advance_lengths_kernel(int32_t* lengths, int batch, int by) {
-  const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  if (b < batch) lengths[b] += by;
-}
 
 // ---- gemv_q8_0 --------------------------------------------------------------------------------
 //
@@ -898,14 +893,6 @@ void gemv_q8_0(Element e, const void* x, int64_t batch, int64_t k_in, const void
       }
     }
   });
-}
-
-void advance_lengths(int32_t* lengths, int batch, int by, cudaStream_t stream) {
-  if (batch <= 0) return;
-  constexpr int kThreads = 128;
-  advance_lengths_kernel<<<static_cast<unsigned>(ceil_div(batch, kThreads)), kThreads, 0, stream>>>(
-      lengths, batch, by);
-  check_launch("advance_lengths");
 }
 
 }  // namespace hark::compute::cuda

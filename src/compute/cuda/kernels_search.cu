@@ -353,7 +353,9 @@ __global__ void __launch_bounds__(kThreads, 2) __cluster_dims__(kClusterBlocks, 
         state.sum_logprob[sequence] += logprob;
         state.history[int64_t{sequence} * state.capacity + count] = token;
         state.count[sequence] = count + 1;
-        state.done[sequence] = token == rules.eot ? 1 : 0;
+        // A window whose every token the rules banned ends even when the EOT would not.
+        const bool ended = token == rules.eot && (rules.eot_ends || choice.score == kBanned);
+        state.done[sequence] = ended || count + 1 >= limit ? 1 : 0;
         next_tokens[sequence] = token;
       }
     }
@@ -411,6 +413,22 @@ __global__ void __launch_bounds__(kProbabilityThreads)
   out[blockIdx.x] = static_cast<float>(exp(static_cast<double>(row[token]) - log_sum_exp));
 }
 
+__global__ void advance_search_kernel(int32_t* positions, int32_t* lengths, int by,
+                                      const uint8_t* done, bool skip_finished,
+                                      const int32_t* cross_lengths, int batch,
+                                      int32_t* live_lengths, int32_t* live_cross_lengths) {
+  const int b = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (b >= batch) return;
+  const bool finished = done[b] != 0;
+  if (!finished) {
+    positions[b] += by;
+    lengths[b] += by;
+  }
+  const bool live = !skip_finished || !finished;
+  live_lengths[b] = live ? lengths[b] : 0;
+  live_cross_lengths[b] = live ? cross_lengths[b] : 0;
+}
+
 }  // namespace
 
 void token_probability(const float* logits, int64_t row_stride, int rows, int vocab, int token,
@@ -434,6 +452,17 @@ void greedy_step(const GreedyRules& rules, float* logits, int batch, GreedyState
   greedy_step_kernel<<<dim3(kClusterBlocks, static_cast<unsigned>(batch)), kThreads, 0, stream>>>(
       rules, logits, state, next_tokens);
   check_launch("greedy_step");
+}
+
+void advance_search(int32_t* positions, int32_t* lengths, int by, const uint8_t* done,
+                    bool skip_finished, const int32_t* cross_lengths, int batch,
+                    int32_t* live_lengths, int32_t* live_cross_lengths, cudaStream_t stream) {
+  if (batch <= 0) return;
+  constexpr int kAdvanceThreads = 128;
+  advance_search_kernel<<<static_cast<unsigned>(ceil_div(batch, kAdvanceThreads)), kAdvanceThreads,
+                          0, stream>>>(positions, lengths, by, done, skip_finished, cross_lengths,
+                                       batch, live_lengths, live_cross_lengths);
+  check_launch("advance_search");
 }
 
 }  // namespace hark::compute::cuda

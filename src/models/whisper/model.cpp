@@ -223,7 +223,7 @@ std::vector<std::shared_ptr<const EncodedWindow>> Model::encode_windows(
   return encode_batch(mel, static_cast<int>(windows.size()));
 }
 
-std::vector<GreedyOutcome> Model::decode_greedy(std::span<const GreedyJob>, bool, int,
+std::vector<GreedyOutcome> Model::decode_greedy(std::span<const GreedyJob>, bool, bool,
                                                 GreedyTiming*) const {
   fail("whisper: batched greedy decoding needs the CUDA backend");
 }

@@ -167,13 +167,15 @@ class Model {
       std::span<const MelWindow> windows) const;
   // Greedy decoding of the windows of one encode_batch() call, all of them in their order, as
   // one batch on the device, under Whisper's logit rules (timestamp rules when `timestamps`).
-  // Gives what decode_window() gives at temperature 0 for each. `exact_steps` > 0 runs exactly
-  // that many batched steps whatever the tokens (benchmarks). Only models with
+  // Gives what decode_window() gives at temperature 0 for each. The batch steps until its
+  // longest window is done; a window that is done costs the steps that follow little more than
+  // its rows of the products. `exact_lengths`: each window samples exactly its job's limit,
+  // <|endoftext|> ending none (benchmarks with random weights). Only models with
   // decodes_batches(); the others throw.
   virtual bool decodes_batches() const { return false; }
 
   virtual std::vector<GreedyOutcome> decode_greedy(std::span<const GreedyJob> jobs, bool timestamps,
-                                                   int exact_steps = 0,
+                                                   bool exact_lengths = false,
                                                    GreedyTiming* timing = nullptr) const;
 
  protected:

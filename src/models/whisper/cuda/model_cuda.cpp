@@ -35,6 +35,13 @@ constexpr int kMaxSequences = 256;
 // Batched greedy steps between two looks at the done flags (each look waits for the GPU).
 constexpr int kStepsPerCheck = 8;
 
+// Whether a batched step's attentions skip the windows that are done (gpu::advance_search).
+// HARK_CUDA_SKIP_FINISHED=0 keeps them reading their keys (to compare; read at each call).
+bool finished_windows_skipped() {
+  const char* value = std::getenv("HARK_CUDA_SKIP_FINISHED");
+  return value == nullptr || value[0] != '0';
+}
+
 class CudaWhisper;
 
 // The model's config, once a usable GPU is known to be there (the first thing a CudaWhisper
@@ -188,7 +195,7 @@ class CudaWhisper final : public Model {
  public:
   bool decodes_batches() const override { return true; }
   std::vector<GreedyOutcome> decode_greedy(std::span<const GreedyJob> jobs, bool timestamps,
-                                           int exact_steps, GreedyTiming* timing) const override;
+                                           bool exact_lengths, GreedyTiming* timing) const override;
 
   std::shared_ptr<const CudaWindow> ours(const std::shared_ptr<const EncodedWindow>& window) const {
     auto cast = std::dynamic_pointer_cast<const CudaWindow>(window);
@@ -382,7 +389,7 @@ double milliseconds_since(std::chrono::steady_clock::time_point start) {
 }
 
 std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob> jobs,
-                                                      bool timestamps, int exact_steps,
+                                                      bool timestamps, bool exact_lengths,
                                                       GreedyTiming* timing) const {
   const int batch = static_cast<int>(jobs.size());
   if (batch == 0) return {};
@@ -400,8 +407,10 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
       fail("whisper: decode_greedy needs all windows of one encode_batch() call, in order");
     }
     const int prompt = static_cast<int>(job.prompt.size());
+    // Each sampled token but the last is fed back (search.cpp: sample_limit).
     if (prompt == 0 || prompt > config_.max_target_positions || job.sot_index < 0 ||
-        job.sot_index >= prompt || job.limit < 1) {
+        job.sot_index >= prompt || job.limit < 1 ||
+        prompt + job.limit - 1 > config_.max_target_positions) {
       fail("whisper: invalid greedy job (", prompt, " prompt tokens, limit ", job.limit, ")");
     }
     for (int32_t id : job.prompt) {
@@ -410,7 +419,6 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
     steps = std::max(steps, job.limit);
     longest_prompt = std::max(longest_prompt, prompt);
   }
-  if (exact_steps > 0) steps = exact_steps;
   std::lock_guard lock(mutex_);
   const cudaStream_t stream = stream_.get();
   gpu::Pass& pass = *pass_;
@@ -427,13 +435,14 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
   gpu::check(cudaMemsetAsync(done.data(), 0, done.bytes(), stream), "clear");
   gpu::check(cudaMemsetAsync(sum_logprob.data(), 0, sum_logprob.bytes(), stream), "clear");
   std::vector<int32_t> limits(batch);
-  for (int j = 0; j < batch; ++j) limits[j] = exact_steps > 0 ? steps : jobs[j].limit;
+  for (int j = 0; j < batch; ++j) limits[j] = jobs[j].limit;
   const gpu::Buffer limits_dev = gpu::upload_vector(limits, stream);
   gpu::GreedyState state{history.as<int32_t>(),    steps,
                          count.as<int32_t>(),      done.as<uint8_t>(),
                          sum_logprob.as<double>(), limits_dev.as<int32_t>()};
   gpu::GreedyRules rules = rules_;
   rules.timestamps = timestamps;
+  rules.eot_ends = !exact_lengths;
 
   // The prompts, in as few decoder passes as they allow: each run of consecutive jobs whose
   // prompts have one length (in the batched mode, usually all of them) is one pass over its
@@ -498,18 +507,26 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
   gpu::Buffer lengths_dev = gpu::upload_vector<int32_t>(lengths, stream);
   const int32_t* cross_lengths = cuda::frame_lengths(config_, batch, scratch, stream);
   const CrossKv cross = cuda::cross_kv_of(config_, weights_.element, encoded, 0, true);
+  // What the step's attentions read: the lengths, 0 for the windows that are done.
+  gpu::Buffer live_lengths(sizeof(int32_t) * batch), live_cross_lengths(sizeof(int32_t) * batch);
+  const bool skip_finished = finished_windows_skipped();
+  auto advance = [&](int by) {
+    gpu::advance_search(positions_dev.as<int32_t>(), lengths_dev.as<int32_t>(), by,
+                        done.as<uint8_t>(), skip_finished, cross_lengths, batch,
+                        live_lengths.as<int32_t>(), live_cross_lengths.as<int32_t>(), stream);
+  };
 
   // The first token comes from the prompts' logits; every further one from a replayed step.
   gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);
+  advance(0);
   auto step = [&] {
     cuda::decode_step(pass, config_, weights_, caches, batch, next.as<int32_t>(),
-                      positions_dev.as<int32_t>(), lengths_dev.as<int32_t>(), cross_lengths, cross,
-                      scratch);
+                      positions_dev.as<int32_t>(), live_lengths.as<int32_t>(),
+                      live_cross_lengths.as<int32_t>(), cross, scratch);
     cuda::logits(pass, config_, weights_, scratch.x.data(), batch, logits_buffer.as<float>());
     pass.mark("greedy search");
     gpu::greedy_step(rules, logits_buffer.as<float>(), batch, state, next.as<int32_t>(), stream);
-    gpu::advance_lengths(positions_dev.as<int32_t>(), batch, 1, stream);
-    gpu::advance_lengths(lengths_dev.as<int32_t>(), batch, 1, stream);
+    advance(1);
   };
   stream_.synchronize();
   if (timing) timing->prompt_ms = milliseconds_since(prompt_start);
@@ -536,7 +553,7 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
       }
       ++taken;
       ++replayed;
-      if (exact_steps == 0 && taken % kStepsPerCheck == 0) {
+      if (taken % kStepsPerCheck == 0) {
         gpu::download(done.data(), batch, done_host.data(), stream);
         stream_.synchronize();
         if (std::all_of(done_host.begin(), done_host.end(), [](uint8_t d) { return d != 0; })) {
