@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <tuple>
+#include <utility>
 
 #include "audio/resampler.h"
 #include "base/error.h"
@@ -23,6 +25,8 @@ constexpr double kStopbandStart = 1.00;
 constexpr double kAttenuationDb = 90;
 // Filter rows are padded to a multiple of this, so that the dot product needs no scalar tail.
 constexpr int kLanes = 8;
+// Multiply-adds of one produce() call from which its outputs are computed on parallel threads.
+constexpr int64_t kParallelWork = int64_t{1} << 20;
 
 double bessel_i0(double x) {
   // Power series; the terms fall fast for the arguments a Kaiser window uses (x < 20).
@@ -122,11 +126,33 @@ class SincResampler final : public Resampler {
   int64_t first_tap_offset() const { return half_width_ - taps_ + 1; }
 
   // Emits every output whose position lies before input sample `stop` and whose filter has all its
-  // input in history_.
+  // input in history_. The outputs are independent dot products, computed on parallel threads
+  // (an hour of 44.1-kHz audio is about 36 GFLOP with this filter).
   void produce(int64_t stop, std::vector<float>& output) {
-    while (next_whole_ < stop && next_whole_ + half_width_ < input_end_) {
-      const float* input = history_.data() + (next_whole_ + first_tap_offset() - history_start_);
-      const int64_t grid = next_rem_ * phases_;  // the phase on the rows' grid, times step_den_
+    // Output k of this call lies at input position whole(k) + rem(k) / step_den_.
+    const int64_t end = std::min(stop, input_end_ - half_width_);
+    auto position = [&](int64_t k) {
+      const int64_t rem = next_rem_ + k * step_rem_;
+      return std::pair{next_whole_ + k * step_whole_ + rem / step_den_, rem % step_den_};
+    };
+    // How many there are: the first k whose position reaches `end` (positions only grow).
+    int64_t outputs = 0;
+    if (next_whole_ < end) {
+      int64_t past = 1;
+      while (position(past).first < end) past *= 2;
+      while (outputs + 1 < past) {
+        const int64_t middle = outputs + (past - outputs) / 2;
+        (position(middle).first < end ? outputs : past) = middle;
+      }
+      outputs = past;
+    }
+    const size_t first = output.size();
+    output.resize(first + static_cast<size_t>(outputs));
+#pragma omp parallel for schedule(static) if (outputs * taps_ > kParallelWork)
+    for (int64_t k = 0; k < outputs; ++k) {
+      const auto [whole, rem] = position(k);
+      const float* input = history_.data() + (whole + first_tap_offset() - history_start_);
+      const int64_t grid = rem * phases_;  // the phase on the rows' grid, times step_den_
       const int64_t row = grid / step_den_;
       float value = dot(input, &table_[static_cast<size_t>(row * taps_)], taps_);
       if (interpolate_) {
@@ -134,15 +160,9 @@ class SincResampler final : public Resampler {
         const float next = dot(input, &table_[static_cast<size_t>((row + 1) * taps_)], taps_);
         value += weight * (next - value);
       }
-      output.push_back(value);
-
-      next_whole_ += step_whole_;
-      next_rem_ += step_rem_;
-      if (next_rem_ >= step_den_) {
-        next_rem_ -= step_den_;
-        ++next_whole_;
-      }
+      output[first + static_cast<size_t>(k)] = value;
     }
+    std::tie(next_whole_, next_rem_) = position(outputs);
     // Drop the input no later output reaches (in one go once it is worth the move).
     const int64_t keep_from = next_whole_ + first_tap_offset();
     const auto unused = static_cast<size_t>(std::max<int64_t>(0, keep_from - history_start_));
