@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/graph.h"
 #include "features/mel.h"
@@ -171,8 +172,18 @@ class CudaWhisper final : public Model {
 
  protected:
   // On the GPU front end (features/mel_cuda.h), which gives what the CPU's gives to F32
-  // rounding; the features stay on the device for encode_windows.
+  // rounding; the features stay on the device for encode_windows. A recording whose features
+  // do not fit in the GPU's memory (an hour: 184 MB, and its samples on the way) gets the CPU's.
   std::unique_ptr<LongMel> compute_long_mel(std::span<const float> samples) const override {
+    try {
+      return compute_long_mel_on_gpu(samples);
+    } catch (const OutOfMemory& error) {
+      log::warn(error.what(), "; computing the log-mel on the CPU");
+      return Model::compute_long_mel(samples);
+    }
+  }
+
+  std::unique_ptr<LongMel> compute_long_mel_on_gpu(std::span<const float> samples) const {
     const std::span<const float> one[] = {samples};
     features::DeviceMelBatch features;
     std::lock_guard lock(mutex_);
