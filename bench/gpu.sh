@@ -10,7 +10,8 @@
 # table for the Parakeet batch, where nsys is installed), ncu (Nsight Compute: every kernel of
 # the runs hark bench brackets, large-v3 batch 1, 16 and 64 and the Parakeet batch, summed by name
 # by bench/ncu_summary.py), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
-# HARK_NCU_RUN; see the stage). Default: the first four. Full logs go
+# HARK_NCU_RUN; see the stage), hour (an hour of audio through hark run with random-weight
+# large-v3-turbo and large-v3 checkpoints). Default: the first four. Full logs go
 # to OUT_DIR; a short summary is printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
 set -uo pipefail
@@ -64,6 +65,45 @@ if has large; then
   echo "exit $?" >> "$summary"
   grep -E "vs transformers|equals|agree|OK \]|FAILED|Failure" "$out/large.log" | tail -20 >> "$summary"
   rm -rf "$large_dir"
+fi
+
+if has hour; then
+  # An hour of 44.1-kHz stereo noise through hark run, as a user runs it: WAV parsing,
+  # resampling, the long-form log-mel, batches of 120 windows, text. Random-weight checkpoints of
+  # the real shapes (tools/oracle/whisper_large.py --checkpoint-only), converted by hark convert;
+  # greedy, --max-tokens 120 (random weights rarely end a window early), no fallback.
+  # HARK_HOUR_BASELINE: another hark binary to run the same way (a build before a change).
+  echo "== An hour through hark run (random-weight checkpoints)" | tee -a "$summary"
+  hour_dir=$(mktemp -d)
+  python3 -c "
+import sys, wave, numpy
+rng = numpy.random.default_rng(3)
+with wave.open(sys.argv[1], 'wb') as f:
+    f.setnchannels(2); f.setsampwidth(2); f.setframerate(44100)
+    for minute in range(60):
+        f.writeframes(rng.integers(-3000, 3000, size=(44100 * 60, 2), dtype=numpy.int16).tobytes())
+" "$hour_dir/hour.wav"
+  for model in "large-v3-turbo 4" "large-v3 32"; do
+    set -- $model
+    timeout 300 python3 tools/oracle/whisper_large.py "$hour_dir/$1" --checkpoint-only \
+      --decoder-layers "$2" >> "$out/hour.log" 2>&1
+    timeout 300 "$build/hark" convert "$hour_dir/$1" "$hour_dir/$1.gguf" >> "$out/hour.log" 2>&1
+    rm -rf "${hour_dir:?}/$1"
+    for binary in "$build/hark" ${HARK_HOUR_BASELINE:-}; do
+      for repeat in 1 2; do
+        start=$(date +%s.%N)
+        timeout 300 "$binary" run "$hour_dir/$1.gguf" "$hour_dir/hour.wav" --device cuda \
+          --batch-size 120 --max-tokens 120 --no-fallback --language en --timestamps none -v \
+          > "$hour_dir/out.txt" 2> "$hour_dir/err.txt"
+        status=$?
+        end=$(date +%s.%N)
+        echo "$1, $binary, run $repeat: exit $status, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s wall," \
+          "$(wc -w < "$hour_dir/out.txt") words" | tee -a "$summary"
+        grep -E "s of audio|loaded" "$hour_dir/err.txt" | tee -a "$summary"
+      done
+    done
+  done
+  rm -rf "$hour_dir"
 fi
 
 if has bench; then

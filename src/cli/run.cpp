@@ -397,6 +397,9 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
     outputs.guarded({i}, [&] {
       const auto started = Clock::now();
       const std::vector<float> samples = audio::load(inputs[i], audio::kSampleRate);
+      log::info(shown_name(inputs[i]), ": ",
+                static_cast<double>(samples.size()) / audio::kSampleRate, " s of audio loaded in ",
+                seconds_since(started), " s");
       ProgressLine progress("hark: " + shown_name(inputs[i]));
       options.on_progress = [&progress](double fraction) { progress.update(fraction); };
       const Transcript transcript = whisper::transcribe(*model, tokenizer, samples, options);

@@ -50,6 +50,10 @@ librosa) from the repository root; it takes about a minute on an H200:
 then point hark's test at the folder:
 
     HARK_LARGE_V3_DIR=OUT_DIR build/tests/hark_tests --gtest_filter='WhisperLargeCuda*'
+
+With --checkpoint-only it writes the checkpoint alone (seed --seed, no references): a model of
+the real size for timing hark run end to end (bench/gpu.sh's hour stage); --decoder-layers 4
+makes it large-v3-turbo's shape.
 """
 
 import argparse
@@ -127,11 +131,11 @@ def relative_error(actual, expected):
     return diff / scale if scale else diff
 
 
-def make_config():
+def make_config(decoder_layers=LARGE_V3["decoder_layers"]):
     from transformers import WhisperConfig
 
     tiny = small.Oracle.make_config(None, SPEC).to_dict()
-    config = WhisperConfig.from_dict({**tiny, **LARGE_V3})
+    config = WhisperConfig.from_dict({**tiny, **LARGE_V3, "decoder_layers": decoder_layers})
     config._attn_implementation = "sdpa"
     return config
 
@@ -181,13 +185,13 @@ def randomize(model, seed, init=INIT):
             p.copy_(p.half().float())
 
 
-def build_model(device="cuda"):
+def build_model(device="cuda", decoder_layers=LARGE_V3["decoder_layers"]):
     """The float32 model on `device`, with transformers' default init (replaced by randomize)."""
     import torch
     from transformers import GenerationConfig, WhisperForConditionalGeneration
 
     with torch.device(device):
-        model = WhisperForConditionalGeneration(make_config()).eval()
+        model = WhisperForConditionalGeneration(make_config(decoder_layers)).eval()
     if model.config._attn_implementation != "sdpa":
         model.set_attn_implementation("sdpa")
     model.generation_config = GenerationConfig.from_pretrained(SMALL_MODEL_DIR)
@@ -317,6 +321,10 @@ def main():
                         help="wanted smallest top-2 gap of the float32 greedy decode")
     parser.add_argument("--min-distinct", type=int, default=6,
                         help="wanted number of different tokens in the float32 greedy decode")
+    parser.add_argument("--checkpoint-only", action="store_true",
+                        help="write the checkpoint of seed --seed, nothing else")
+    parser.add_argument("--decoder-layers", type=int, default=LARGE_V3["decoder_layers"],
+                        help="decoder layers (with --checkpoint-only; 4: large-v3-turbo)")
     args = parser.parse_args()
 
     import torch
@@ -336,6 +344,16 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     found_versions = versions()
     log("versions", json.dumps(found_versions))
+
+    if args.checkpoint_only:
+        model = build_model(decoder_layers=args.decoder_layers)
+        randomize(model, args.seed)
+        save_checkpoint(model.half(), args.out)
+        log(f"checkpoint: {args.decoder_layers} decoder layers, seed {args.seed}, "
+            f"{time.time() - t0:.1f} s")
+        return
+    if args.decoder_layers != LARGE_V3["decoder_layers"]:
+        raise SystemExit("--decoder-layers needs --checkpoint-only: the references are large-v3's")
 
     features = jfk_features()
     assert tuple(features.shape) == (1, SPEC["num_mel_bins"], 3000), features.shape
