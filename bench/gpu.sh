@@ -87,7 +87,8 @@ with wave.open(sys.argv[1], 'wb') as f:
     set -- $model
     timeout 300 python3 tools/oracle/whisper_large.py "$hour_dir/$1" --checkpoint-only \
       --decoder-layers "$2" >> "$out/hour.log" 2>&1
-    timeout 300 "$build/hark" convert "$hour_dir/$1" "$hour_dir/$1.gguf" >> "$out/hour.log" 2>&1
+    timeout 300 "$build/hark" convert "$hour_dir/$1" -o "$hour_dir/$1.gguf" --type f16 \
+      >> "$out/hour.log" 2>&1
     rm -rf "${hour_dir:?}/$1"
     for binary in "$build/hark" ${HARK_HOUR_BASELINE:-}; do
       for repeat in 1 2; do

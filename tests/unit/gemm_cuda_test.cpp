@@ -49,6 +49,34 @@ TEST(GemmCuda, ShapesOfOneTuningClassTakeItsChoiceAndComputeTheirOwnProduct) {
   }
 }
 
+// A product too large to time whole: its candidates are timed on its first 4096 rows
+// (gemm_cuda.cpp, kTimedFlops), and the choice must compute every row, those past the timed ones
+// included. F32 sums of 4096 products round to a few 1e-5 of their scale (4.2e-5 on an H200); a row
+// the chosen algorithm left out or computed wrong would be off by about 1.
+TEST(GemmCuda, ALargeProductTunedOnItsFirstRowsComputesAllOfThem) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  constexpr int64_t m = 5000, k = 4096, n = 16384;
+  const std::vector<float> w = uniform_values(n * k, 3), bias = uniform_values(n, 4);
+  const std::vector<float> x = uniform_values(m * k, 5);
+  const Buffer w_dev = upload_vector(w), bias_dev = upload_vector(bias), x_dev = upload_vector(x);
+  Buffer y_dev(sizeof(float) * m * n);
+  Gemm gemm;
+  gemm.linear(Element::f32, x_dev.data(), m, k, w_dev.data(), n, bias_dev.data(), nullptr,
+              Element::f32, y_dev.data(), nullptr);
+  std::vector<float> y(static_cast<size_t>(m * n));
+  download(y_dev.data(), y.size() * sizeof(float), y.data());
+  double worst = 0;
+  for (const int64_t row :
+       {int64_t{0}, int64_t{1}, int64_t{4095}, int64_t{4096}, int64_t{4200}, int64_t{4999}}) {
+    for (int64_t col = 0; col < n; col += 7) {
+      double sum = bias[col];
+      for (int64_t i = 0; i < k; ++i) sum += double{x[row * k + i]} * w[col * k + i];
+      worst = std::max(worst, std::abs(y[row * n + col] - sum) / (1.0 + std::abs(sum)));
+    }
+  }
+  EXPECT_LT(worst, 2e-4);
+}
+
 // Sizes below one piece, of several pieces with a partial last one, and a refill of the same
 // staging buffer while the first upload's copies may still run.
 TEST(StagingBufferCuda, UploadFromCopiesEveryPieceToItsPlace) {

@@ -42,10 +42,11 @@ class Gemm {
     Shape tuning_class() const;
   };
   Plan& plan(const Shape& shape);
-  // Times the plan's candidates on these inputs, once, and keeps the fastest (gemm_cuda.cpp).
-  // residual (null: none) may be y, which the candidates must then not overwrite.
-  void tune(Plan& p, const void* x, const void* w, const void* residual, void* y,
-            cudaStream_t stream);
+  // Times the plan's candidates on these inputs (a large product on its first rows), once, and
+  // keeps the fastest (gemm_cuda.cpp). residual (null: none) may be y, which the candidates must
+  // then not overwrite.
+  void tune(Plan& p, const Shape& shape, const void* x, const void* w, const void* residual,
+            void* y, cudaStream_t stream);
 
   cublasLtHandle_t handle_ = nullptr;
   Buffer workspace_;

@@ -22,16 +22,26 @@ constexpr int64_t kTunedRows = 1024;
 // 1 % (its feed-forward's second product), for about 20 ms of timing per shape class, once.
 constexpr int kCandidates = 32;
 constexpr int kTimedRuns = 3;
+// A large product's candidates are timed on its first rows only, as many as make about this many
+// flops (at least kMinTimedRows): the ranking is that of many waves of tiles either way, and
+// 32 candidates run 4 times each on all the rows of a large batch took seconds (large-v3's
+// cross-attention K/V product for 120 windows is 38 TFLOP, 50 ms a run).
+constexpr double kTimedFlops = 5e11;
+constexpr int64_t kMinTimedRows = 4096;
 // The largest scratch output tuning allocates (for products whose output is also their input).
 constexpr size_t kMaxTuningScratchBytes = size_t{256} << 20;
 
-// HARK_CUDA_GEMM_TUNE=0 keeps the heuristic's first choice everywhere.
+// HARK_CUDA_GEMM_TUNE=0 keeps the heuristic's first choice everywhere; =full times every
+// candidate on all the rows of the product, however large (to compare).
+const char* tuning_setting() {
+  static const char* const value = std::getenv("HARK_CUDA_GEMM_TUNE");
+  return value != nullptr ? value : "";
+}
 bool tuning_enabled() {
-  static const bool enabled = [] {
-    const char* value = std::getenv("HARK_CUDA_GEMM_TUNE");
-    return value == nullptr || std::string(value) != "0";
-  }();
-  return enabled;
+  return std::string(tuning_setting()) != "0";
+}
+bool tuning_on_all_rows() {
+  return std::string(tuning_setting()) == "full";
 }
 
 void check_blas(cublasStatus_t status, const char* what) {
@@ -163,13 +173,40 @@ Gemm::Plan& Gemm::plan(const Shape& shape) {
   return *plan;
 }
 
-void Gemm::tune(Plan& p, const void* x, const void* w, const void* residual, void* y,
-                cudaStream_t stream) {
+void Gemm::tune(Plan& p, const Shape& shape, const void* x, const void* w, const void* residual,
+                void* y, cudaStream_t stream) {
   if (p.candidates.empty()) return;
   // A stream being captured into a graph runs nothing now: tune on a later, eager call.
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream, &capturing), "gemm tuning");
   if (capturing != cudaStreamCaptureStatusNone) return;
+  // The rows timed, and their layouts when they are fewer than the product's.
+  const double row_flops = 2.0 * static_cast<double>(shape.n) * static_cast<double>(shape.k);
+  const int64_t rows =
+      tuning_on_all_rows()
+          ? shape.m
+          : std::min(
+                shape.m,
+                (std::max(kMinTimedRows, static_cast<int64_t>(kTimedFlops / row_flops)) + 255) /
+                    256 * 256);
+  struct Layouts {
+    cublasLtMatrixLayout_t b = nullptr, c = nullptr, d = nullptr;
+    ~Layouts() {
+      for (cublasLtMatrixLayout_t layout : {b, c, d}) {
+        if (layout) cublasLtMatrixLayoutDestroy(layout);
+      }
+    }
+  } fewer;
+  cublasLtMatrixLayout_t b = p.b, c_layout = p.c, d = p.d;
+  if (rows < shape.m) {
+    const cudaDataType_t in = data_type(static_cast<Element>(shape.in));
+    const cudaDataType_t out_type = data_type(static_cast<Element>(shape.out));
+    check_blas(cublasLtMatrixLayoutCreate(&fewer.b, in, shape.k, rows, shape.k), "layout B");
+    check_blas(cublasLtMatrixLayoutCreate(&fewer.c, out_type, shape.n, rows, shape.n), "layout C");
+    check_blas(cublasLtMatrixLayoutCreate(&fewer.d, out_type, shape.n, rows, shape.n), "layout D");
+    b = fewer.b, c_layout = fewer.c, d = fewer.d;
+  }
+  const size_t output_bytes = p.output_bytes / static_cast<size_t>(shape.m) * rows;
   // The candidates run the real product, residual included (a kernel that reads C costs more
   // than one that does not), into y, which the real product overwrites next; unless y is also
   // the residual (added in place), when they add to a scratch copy of it instead, if one that
@@ -179,12 +216,12 @@ void Gemm::tune(Plan& p, const void* x, const void* w, const void* residual, voi
   void* out = y;
   const void* c = residual != nullptr ? residual : y;
   if (residual == y) {
-    if (p.output_bytes > kMaxTuningScratchBytes) {
+    if (output_bytes > kMaxTuningScratchBytes) {
       p.candidates.clear();
       return;
     }
-    scratch = Buffer(p.output_bytes);
-    check(cudaMemcpyAsync(scratch.data(), y, p.output_bytes, cudaMemcpyDeviceToDevice, stream),
+    scratch = Buffer(output_bytes);
+    check(cudaMemcpyAsync(scratch.data(), y, output_bytes, cudaMemcpyDeviceToDevice, stream),
           "gemm tuning");
     out = scratch.data();
     c = out;
@@ -196,8 +233,16 @@ void Gemm::tune(Plan& p, const void* x, const void* w, const void* residual, voi
   float best = 0.0f;
   bool timed = false;  // p.algo stays the first choice unless a candidate ran
   for (size_t i = 0; i < p.candidates.size(); ++i) {
+    if (rows < shape.m) {  // a candidate for all the rows that cannot run on fewer
+      cublasLtMatmulHeuristicResult_t fits{};
+      if (cublasLtMatmulAlgoCheck(handle_, p.op, p.a, b, c_layout, d, &p.candidates[i], &fits) !=
+              CUBLAS_STATUS_SUCCESS ||
+          fits.workspaceSize > kWorkspaceBytes) {
+        continue;
+      }
+    }
     auto run = [&] {
-      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, c, p.c, out, p.d,
+      return cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, b, &beta, c, c_layout, out, d,
                             &p.candidates[i], workspace_.data(), workspace_.bytes(), stream);
     };
     if (run() != CUBLAS_STATUS_SUCCESS) continue;  // a candidate that cannot run here
@@ -233,7 +278,7 @@ void Gemm::linear(Element in, const void* x, int64_t m, int64_t k, const void* w
   if (bias != nullptr) {
     cublasLtMatmulDescSetAttribute(p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
   }
-  tune(p, x, w, residual, y, stream);
+  tune(p, shape, x, w, residual, y, stream);
   const float alpha = 1.0f, beta = residual != nullptr ? 1.0f : 0.0f;
   const void* c = residual != nullptr ? residual : y;
   check_blas(cublasLtMatmul(handle_, p.op, &alpha, w, p.a, x, p.b, &beta, c, p.c, y, p.d, &p.algo,
