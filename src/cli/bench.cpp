@@ -319,8 +319,8 @@ void bench_gpu(const whisper::Model& model, int tokens, int repeats, bool spread
       const double decode_ms =
           spread_timing.prompt_ms + spread_timing.setup_ms + spread_timing.steps_ms;
       const double seconds = 120 * (encoder + decode_ms / batch) / 1000;
-      std::printf("%6s %d..%d tokens: %d steps, decode %.2f ms a window, RTFx %.0f\n", "spread",
-                  std::max(1, tokens / 4), tokens * 7 / 4, spread_timing.steps + 2,
+      std::printf("%6s %d..%d tokens (the longest %d): decode %.2f ms a window, RTFx %.0f\n",
+                  "spread", std::max(1, tokens / 4), tokens * 7 / 4, spread_timing.steps + 2,
                   decode_ms / batch, 3600 / seconds);
     }
     std::fflush(stdout);
