@@ -135,17 +135,12 @@ class SincResampler final : public Resampler {
       const int64_t rem = next_rem_ + k * step_rem_;
       return std::pair{next_whole_ + k * step_whole_ + rem / step_den_, rem % step_den_};
     };
-    // How many there are: the first k whose position reaches `end` (positions only grow).
-    int64_t outputs = 0;
-    if (next_whole_ < end) {
-      int64_t past = 1;
-      while (position(past).first < end) past *= 2;
-      while (outputs + 1 < past) {
-        const int64_t middle = outputs + (past - outputs) / 2;
-        (position(middle).first < end ? outputs : past) = middle;
-      }
-      outputs = past;
-    }
+    // How many there are: in units of 1 / step_den_, output k lies at first + k · step, and its
+    // whole part is below `end` while that is below end · step_den_.
+    const int64_t first_at = next_whole_ * step_den_ + next_rem_;
+    const int64_t step = step_whole_ * step_den_ + step_rem_;
+    const int64_t room = end * step_den_ - first_at;
+    const int64_t outputs = room > 0 ? (room + step - 1) / step : 0;
     const size_t first = output.size();
     output.resize(first + static_cast<size_t>(outputs));
 #pragma omp parallel for schedule(static) if (outputs * taps_ > kParallelWork)
