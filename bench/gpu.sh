@@ -101,6 +101,7 @@ with wave.open(sys.argv[1], 'wb') as f:
         echo "$1, $binary, run $repeat: exit $status, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s wall," \
           "$(wc -w < "$hour_dir/out.txt") words" | tee -a "$summary"
         grep -E "s of audio|loaded" "$hour_dir/err.txt" | tee -a "$summary"
+        { echo "== $1, $binary, run $repeat"; cat "$hour_dir/err.txt"; } >> "$out/hour.log"
       done
     done
   done

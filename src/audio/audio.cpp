@@ -97,6 +97,7 @@ bool Reader::read(std::vector<float>& out) {
 }
 
 std::vector<float> Reader::read_all() {
+  decoder_->prefer_large_blocks();
   std::vector<float> samples;
   const SourceInfo& info = source();
   if (info.frames > 0 && info.sample_rate > 0) {

@@ -20,6 +20,9 @@ class Decoder {
   // Replaces `mono` with the next block of mono samples and sets `sample_rate` to their rate
   // (chained streams may change it part-way). Returns false at the end of the audio.
   virtual bool next(std::vector<float>& mono, int& sample_rate) = 0;
+  // The caller reads the whole input at once: blocks may be large (fewer, larger steps for the
+  // resampler's and the mixer's threads), since no one waits for the first of them.
+  virtual void prefer_large_blocks() {}
 
  protected:
   SourceInfo info_;

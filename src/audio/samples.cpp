@@ -16,6 +16,10 @@ static_assert(std::endian::native == std::endian::little, "sample decoding assum
 
 namespace {
 
+// Frames from which a block is mixed on parallel threads (a whole-file load's blocks are 256k
+// frames of 16-bit stereo; a stream's 64k).
+constexpr int64_t kParallelFrames = int64_t{1} << 17;
+
 template <class T>
 T load(const uint8_t* bytes) {
   T value;
@@ -108,28 +112,34 @@ bool mix(const uint8_t* const* planes, const SampleLayout& layout, size_t frames
   float* out = mono.data() + first;
   const size_t channels = static_cast<size_t>(layout.channels);
   const float mean = 1.0f / static_cast<float>(channels);
+  // Frame f's mean: its channels added in order from 0, then scaled.
+  auto sample = [&](size_t c, size_t f) {
+    return layout.planar ? read(planes[c] + f * bytes)
+                         : read(planes[0] + (f * channels + c) * bytes);
+  };
+  const auto count = static_cast<int64_t>(frames);
+  const bool parallel = count >= kParallelFrames;
   if (channels == 1) {
-    for (size_t f = 0; f < frames; ++f) out[f] = read(planes[0] + f * bytes);
-  } else if (layout.planar) {
-    std::fill(out, out + frames, 0.0f);
-    for (size_t c = 0; c < channels; ++c) {
-      for (size_t f = 0; f < frames; ++f) out[f] += read(planes[c] + f * bytes);
-    }
-    for (size_t f = 0; f < frames; ++f) out[f] *= mean;
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t f = 0; f < count; ++f) out[f] = read(planes[0] + f * bytes);
+  } else if (channels == 2) {  // the common case, which the compiler can vectorize
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t f = 0; f < count; ++f) out[f] = (0.0f + sample(0, f) + sample(1, f)) * mean;
   } else {
-    const uint8_t* frame = planes[0];
-    for (size_t f = 0; f < frames; ++f, frame += channels * bytes) {
+#pragma omp parallel for schedule(static) if (parallel)
+    for (int64_t f = 0; f < count; ++f) {
       float sum = 0;
-      for (size_t c = 0; c < channels; ++c) sum += read(frame + c * bytes);
+      for (size_t c = 0; c < channels; ++c) sum += sample(c, f);
       out[f] = sum * mean;
     }
   }
 
   if constexpr (E == Encoding::kFloat32 || E == Encoding::kFloat64) {
     // A NaN or infinity in any channel makes the mean non-finite, so checking the output suffices.
-    for (size_t f = 0; f < frames; ++f) {
-      if (!std::isfinite(out[f])) return false;
-    }
+    bool finite = true;
+#pragma omp parallel for schedule(static) reduction(&& : finite) if (parallel)
+    for (int64_t f = 0; f < count; ++f) finite = finite && std::isfinite(out[f]);
+    return finite;
   }
   return true;
 }

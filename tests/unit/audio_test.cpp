@@ -142,6 +142,35 @@ TEST(AudioWav, MultichannelDownmixIsTheMean) {
   EXPECT_NEAR(mixed[0], 0.35f, 1e-7);
 }
 
+// A whole-file load reads blocks large enough to mix on parallel threads (256k frames of
+// 16-bit stereo); each frame must still be exactly the mean of its channels, as a stream, which
+// reads small blocks, gets it.
+TEST(AudioWav, LongBlocksMixLikeShortOnes) {
+  for (const uint16_t channels : {1, 2, 3}) {
+    SCOPED_TRACE(channels);
+    constexpr size_t kFrames = 300001;
+    std::vector<int16_t> values(kFrames * channels);
+    for (size_t i = 0; i < values.size(); ++i) {
+      values[i] = static_cast<int16_t>((i * 7919) % 65536 - 32768);
+    }
+    const Bytes bytes = wav({.channels = channels}, le_bytes(values));
+    const std::vector<float> whole = from_memory(bytes);
+    ASSERT_EQ(whole.size(), kFrames);
+    for (size_t f = 0; f < kFrames; ++f) {
+      float sum = 0;
+      for (size_t c = 0; c < channels; ++c) sum += values[f * channels + c] * (1.0f / 32768);
+      ASSERT_EQ(whole[f], sum * (1.0f / static_cast<float>(channels))) << f;
+    }
+    through_pipe(bytes, [&](std::FILE* pipe) {
+      Reader reader = Reader::open_stream(pipe, "the pipe");
+      std::vector<float> streamed;
+      while (reader.read(streamed)) {
+      }
+      EXPECT_EQ(streamed, whole);
+    });
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Chunk layouts.
 
@@ -285,6 +314,11 @@ TEST(AudioWavErrors, NonFiniteFloat) {
   expect_bad_wav(wav({.tag = 3, .bits = 32}, le_bytes(values)), {"NaN or infinite"});
   const std::vector<double> infinite = {HUGE_VAL};
   expect_bad_wav(wav({.tag = 3, .bits = 64}, le_bytes(infinite)), {"NaN or infinite"});
+  // Deep inside a block that is checked on parallel threads.
+  std::vector<float> long_stereo(2 * 300000, 0.125f);
+  long_stereo[2 * 150000 + 1] = -HUGE_VALF;
+  expect_bad_wav(wav({.tag = 3, .channels = 2, .bits = 32}, le_bytes(long_stereo)),
+                 {"NaN or infinite"});
 }
 
 TEST(AudioWavErrors, NoSamples) {
