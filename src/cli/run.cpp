@@ -339,6 +339,13 @@ void log_speed(const std::string& what, double audio_seconds, double seconds,
             language.empty() ? "" : ", language " + language);
 }
 
+// With HARK_CUDA_PROFILE set, -v ends with the GPU time of the whole run by stage (first uses
+// included: cuBLASLt's tuning, graph captures).
+void log_gpu_profile() {
+  const std::string report = compute::cuda::profile_report();
+  if (!report.empty()) log::info("GPU time by stage (HARK_CUDA_PROFILE):\n", report);
+}
+
 std::string shown_name(const std::string& input) {
   return input == "-" ? "stdin" : input;
 }
@@ -390,6 +397,7 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
                     "");
           for (size_t k = 0; k < loaded.size(); ++k) outputs.emit(loaded[k], transcripts[k]);
         });
+    log_gpu_profile();
     return outputs.failures() == 0 ? 0 : 1;
   }
 
@@ -409,6 +417,7 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
       outputs.emit(i, transcript);
     });
   }
+  log_gpu_profile();
   return outputs.failures() == 0 ? 0 : 1;
 }
 
@@ -508,6 +517,7 @@ int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
         for (size_t k = 0; k < loaded.size(); ++k)
           outputs.emit(loaded[k], split_by_words(transcripts[k]));
       });
+  log_gpu_profile();
   return outputs.failures() == 0 ? 0 : 1;
 }
 

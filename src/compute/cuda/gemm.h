@@ -3,16 +3,21 @@
 // (every layer of every step) cost one cublasLtMatmul each, and calls can be captured into a
 // CUDA Graph. Products of many rows time cuBLASLt's candidates on first use and keep the fastest;
 // a later shape with about as many rows (batches of files of other lengths) starts from that
-// choice instead of timing again.
+// choice instead of timing again, and so does the next process: choices are kept in a tuning
+// cache file (compute/tuning_cache.h) per GPU and cuBLASLt version, by default in ~/.cache/hark
+// (HARK_CUDA_TUNING_CACHE: another file, or "off").
 #pragma once
 
 #include <cublasLt.h>
 
 #include <cstdint>
 #include <map>
+#include <memory>
+#include <string>
 #include <tuple>
 
 #include "compute/cuda/device.h"
+#include "compute/tuning_cache.h"
 
 namespace hark::compute::cuda {
 
@@ -29,6 +34,10 @@ class Gemm {
   void linear(Element in, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
               const void* bias, const void* residual, Element out, void* y, cudaStream_t stream);
 
+  // Shapes whose candidates this object has timed (for tests: a choice found in the tuning cache
+  // is not timed).
+  int timed_shapes() const { return timed_shapes_; }
+
  private:
   struct Plan;
   // Everything a plan depends on: element types, sizes, epilogue.
@@ -40,6 +49,8 @@ class Gemm {
     bool operator<(const Shape& other) const { return key() < other.key(); }
     // The shapes that share a tuned algorithm: rows rounded up to a quarter octave.
     Shape tuning_class() const;
+    // The tuning cache's key of a tuning class.
+    std::string cache_key() const;
   };
   Plan& plan(const Shape& shape);
   // Times the plan's candidates on these inputs (a large product on its first rows), once, and
@@ -54,6 +65,9 @@ class Gemm {
   // Per tuning class, the plan whose tuned algorithm later shapes of the class start from: an
   // encoder's batches of new lengths (every batch of a folder of files) then tune nothing.
   std::map<Shape, const Plan*> tuned_;
+  // The file tuned choices are kept in across processes (null: none).
+  std::shared_ptr<TuningCache> cache_;
+  int timed_shapes_ = 0;
 };
 
 }  // namespace hark::compute::cuda

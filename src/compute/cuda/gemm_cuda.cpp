@@ -1,7 +1,10 @@
 #include "compute/cuda/gemm.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -42,6 +45,33 @@ bool tuning_enabled() {
 }
 bool tuning_on_all_rows() {
   return std::string(tuning_setting()) == "full";
+}
+
+// The tuning cache of this process's GPU and cuBLASLt version, shared by every Gemm that uses the
+// same file (null when there is nowhere to keep one). Its file is named after what its choices
+// are valid for: the device's name and compute capability and cuBLASLt's version.
+std::shared_ptr<TuningCache> shared_tuning_cache() {
+  int device = 0;
+  cudaDeviceProp properties{};
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaGetDeviceProperties(&properties, device), "cudaGetDeviceProperties");
+  std::string name = "cublaslt-";
+  for (const char* c = properties.name; *c != '\0'; ++c) {
+    name.push_back(std::isalnum(static_cast<unsigned char>(*c)) ? *c : '-');
+  }
+  name += "-sm" + std::to_string(properties.major) + std::to_string(properties.minor) + "-v" +
+          std::to_string(cublasLtGetVersion()) + ".tune";
+  const auto file = TuningCache::location("HARK_CUDA_TUNING_CACHE", name);
+  if (!file) return nullptr;
+  static std::mutex mutex;
+  static std::map<std::filesystem::path, std::weak_ptr<TuningCache>> open;
+  std::lock_guard lock(mutex);
+  std::shared_ptr<TuningCache> cache = open[*file].lock();
+  if (!cache) {
+    cache = std::make_shared<TuningCache>(*file);
+    open[*file] = cache;
+  }
+  return cache;
 }
 
 void check_blas(cublasStatus_t status, const char* what) {
@@ -86,6 +116,8 @@ struct Gemm::Plan {
 
 Gemm::Gemm() : workspace_(kWorkspaceBytes) {
   check_blas(cublasLtCreate(&handle_), "create");
+  // HARK_CUDA_GEMM_TUNE=full is for comparisons: it times everything afresh.
+  if (tuning_enabled() && !tuning_on_all_rows()) cache_ = shared_tuning_cache();
 }
 
 Gemm::~Gemm() {
@@ -101,6 +133,12 @@ Gemm::Shape Gemm::Shape::tuning_class() const {
   const int64_t step = std::max<int64_t>(octave / 4, 1);
   shape.m = (m + step - 1) / step * step;
   return shape;
+}
+
+std::string Gemm::Shape::cache_key() const {
+  return "in" + std::to_string(in) + "-out" + std::to_string(out) + "-m" + std::to_string(m) +
+         "-n" + std::to_string(n) + "-k" + std::to_string(k) + "-bias" + std::to_string(bias) +
+         "-residual" + std::to_string(residual);
 }
 
 Gemm::Plan& Gemm::plan(const Shape& shape) {
@@ -163,6 +201,22 @@ Gemm::Plan& Gemm::plan(const Shape& shape) {
           check.workspaceSize <= kWorkspaceBytes) {
         plan->algo = known->second->algo;
         return *plan;
+      }
+    }
+    // Timed by an earlier process: taken if this cuBLASLt accepts it for this shape.
+    if (cache_ != nullptr) {
+      const auto bytes = cache_->find(plan->tuning_class.cache_key());
+      cublasLtMatmulAlgo_t cached{};
+      cublasLtMatmulHeuristicResult_t check{};
+      if (bytes && bytes->size() == sizeof cached) {
+        std::memcpy(&cached, bytes->data(), sizeof cached);
+        if (cublasLtMatmulAlgoCheck(handle_, plan->op, plan->a, plan->b, plan->c, plan->d, &cached,
+                                    &check) == CUBLAS_STATUS_SUCCESS &&
+            check.workspaceSize <= kWorkspaceBytes) {
+          plan->algo = cached;
+          tuned_.emplace(plan->tuning_class, plan);
+          return *plan;
+        }
       }
     }
   }
@@ -261,7 +315,13 @@ void Gemm::tune(Plan& p, const Shape& shape, const void* x, const void* w, const
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   p.candidates.clear();
-  if (timed) tuned_.emplace(p.tuning_class, &p);
+  if (!timed) return;
+  ++timed_shapes_;
+  tuned_.emplace(p.tuning_class, &p);
+  if (cache_ != nullptr) {
+    const auto* bytes = reinterpret_cast<const uint8_t*>(&p.algo);
+    cache_->store(p.tuning_class.cache_key(), std::span(bytes, sizeof p.algo));
+  }
 }
 
 void Gemm::linear(Element in, const void* x, int64_t m, int64_t k, const void* w, int64_t n,

@@ -1,6 +1,7 @@
 #include "models/whisper/transcribe.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <optional>
 #include <random>
@@ -342,6 +343,7 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
     const int count = static_cast<int>(batch.size());
     std::vector<Prompt> prompts;
     std::vector<Decoded> decoded;
+    const auto started = std::chrono::steady_clock::now();
     try {
       decoded = decode_batch(batch, prompts);
     } catch (const OutOfMemory& error) {
@@ -350,6 +352,10 @@ void transcribe_batched(const Model& model, const text::BpeTokenizer& tokenizer,
       log::warn(error.what(), "; going on with batches of ", batch_size, " windows");
       continue;
     }
+    log::info("windows ", first + 1, "-", first + count, " of ", queue.size(),
+              ": encoded and decoded in ",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+              " s");
     for (int i = 0; i < count; ++i) {
       const Window& w = batch[i];
       WindowReport report = report_of(prompts[i], decoded[i], w.seek, w.frames, options);
