@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <filesystem>
 #include <future>
@@ -302,29 +303,70 @@ class Outputs {
 
 // Files whose audio is decoded together (batches across files) are read a group at a time, each
 // group up to this much audio besides the file that crosses it (an hour: 230 MB of F32 samples
-// at 16 kHz), so that a folder of long recordings never sits in memory whole.
+// at 16 kHz), so that a folder of long recordings never sits in memory whole (two groups at most:
+// the one transcribed and the next one, read ahead). HARK_RUN_GROUP_SECONDS sets another size
+// (tests use groups of a file each).
 constexpr double kGroupSeconds = 3600;
 
+double group_seconds() {
+  const char* text = std::getenv("HARK_RUN_GROUP_SECONDS");
+  if (text == nullptr || *text == '\0') return kGroupSeconds;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  if (*end != '\0' || !(seconds > 0)) {
+    fail("HARK_RUN_GROUP_SECONDS is '", text, "': expected a positive number of seconds");
+  }
+  return seconds;
+}
+
 // The outputs' inputs, read by `load` (samples at `sample_rate`) a group at a time, and
-// body(indices, recordings) for each group's files that could be read. A file that cannot be read
-// fails alone; a failure in the body fails its group's files.
+// body(indices, recordings) for each group's files that could be read. Each group is read on a
+// thread of its own while the body transcribes the group before. A file that cannot be read fails
+// alone; a failure in the body fails its group's files.
 template <class Load, class Body>
 void for_each_group(Outputs& outputs, int64_t sample_rate, Load&& load, Body&& body) {
   const std::vector<std::string>& inputs = outputs.inputs();
-  const auto group_samples = static_cast<size_t>(kGroupSeconds * static_cast<double>(sample_rate));
-  size_t next = 0;
-  while (next < inputs.size()) {
+  const auto group_samples =
+      static_cast<size_t>(group_seconds() * static_cast<double>(sample_rate));
+  struct Read {
+    size_t input = 0;
+    std::vector<float> samples;
+    std::exception_ptr error;  // reported by the main thread, through Outputs
+  };
+  // The group of files from input `first` on.
+  auto read_group = [&](size_t first) {
+    std::vector<Read> group;
+    size_t samples = 0;
+    for (size_t next = first; next < inputs.size() && samples < group_samples; ++next) {
+      Read read{next, {}, nullptr};
+      try {
+        read.samples = load(inputs[next]);
+        samples += read.samples.size();
+      } catch (...) {
+        read.error = std::current_exception();
+      }
+      group.push_back(std::move(read));
+    }
+    return group;
+  };
+  std::future<std::vector<Read>> ahead = std::async(std::launch::async, read_group, size_t{0});
+  for (;;) {
+    std::vector<Read> group = ahead.get();
+    if (group.empty()) return;
+    const size_t after = group.back().input + 1;
+    if (after < inputs.size()) ahead = std::async(std::launch::async, read_group, after);
     std::vector<size_t> loaded;
     std::vector<std::vector<float>> recordings;
-    size_t samples = 0;
-    for (; next < inputs.size() && samples < group_samples; ++next) {
-      outputs.guarded({next}, [&] {
-        recordings.push_back(load(inputs[next]));
-        loaded.push_back(next);
-        samples += recordings.back().size();
-      });
+    for (Read& read : group) {
+      if (read.error) {
+        outputs.guarded({read.input}, [&] { std::rethrow_exception(read.error); });
+        continue;
+      }
+      loaded.push_back(read.input);
+      recordings.push_back(std::move(read.samples));
     }
     if (!loaded.empty()) outputs.guarded(loaded, [&] { body(loaded, recordings); });
+    if (after >= inputs.size()) return;
   }
 }
 

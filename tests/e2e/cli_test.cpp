@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/process.h"
+#include "support/scoped_env.h"
 #include "support/tiny_whisper.h"
 #include "support/wav.h"
 
@@ -358,6 +359,15 @@ TEST_F(CliWithModel, BatchedFilesShareBatchesAndKeepTheirOwnTranscripts) {
   EXPECT_EQ(mixed.exit_code, 1) << describe(mixed);
   EXPECT_EQ(mixed.err_lines().size(), 1u) << mixed.err;
   EXPECT_NE(mixed.out.find("\"file\":\"" + path("short.wav") + "\""), std::string::npos);
+  // Groups of a file each (HARK_RUN_GROUP_SECONDS), each read while the one before is
+  // transcribed: the same transcripts in the same order, the same one failure.
+  testing::ScopedEnv one_file_a_group("HARK_RUN_GROUP_SECONDS", "0.5");
+  const ProcessResult grouped =
+      hark(run_args({path("tone.wav"), path("missing.wav"), path("short.wav"), "-o", "json",
+                     "--batch-size", "4"}));
+  EXPECT_EQ(grouped.exit_code, 1) << describe(grouped);
+  EXPECT_EQ(grouped.out, mixed.out);
+  EXPECT_EQ(grouped.err, mixed.err);
 }
 
 TEST_F(CliWithModel, BadAudioFailsThatFileOnly) {
