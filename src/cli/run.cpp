@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -308,66 +309,16 @@ class Outputs {
 // (tests use groups of a file each).
 constexpr double kGroupSeconds = 3600;
 
-double group_seconds() {
-  const char* text = std::getenv("HARK_RUN_GROUP_SECONDS");
-  if (text == nullptr || *text == '\0') return kGroupSeconds;
-  char* end = nullptr;
-  const double seconds = std::strtod(text, &end);
-  if (*end != '\0' || !(seconds > 0)) {
-    fail("HARK_RUN_GROUP_SECONDS is '", text, "': expected a positive number of seconds");
-  }
-  return seconds;
-}
-
-// The outputs' inputs, read by `load` (samples at `sample_rate`) a group at a time, and
-// body(indices, recordings) for each group's files that could be read. Each group is read on a
-// thread of its own while the body transcribes the group before. A file that cannot be read fails
-// alone; a failure in the body fails its group's files.
-template <class Load, class Body>
-void for_each_group(Outputs& outputs, int64_t sample_rate, Load&& load, Body&& body) {
-  const std::vector<std::string>& inputs = outputs.inputs();
-  const auto group_samples =
-      static_cast<size_t>(group_seconds() * static_cast<double>(sample_rate));
-  struct Read {
-    size_t input = 0;
-    std::vector<float> samples;
-    std::exception_ptr error;  // reported by the main thread, through Outputs
-  };
-  // The group of files from input `first` on.
-  auto read_group = [&](size_t first) {
-    std::vector<Read> group;
-    size_t samples = 0;
-    for (size_t next = first; next < inputs.size() && samples < group_samples; ++next) {
-      Read read{next, {}, nullptr};
-      try {
-        read.samples = load(inputs[next]);
-        samples += read.samples.size();
-      } catch (...) {
-        read.error = std::current_exception();
-      }
-      group.push_back(std::move(read));
+size_t group_samples(int64_t sample_rate) {
+  double seconds = kGroupSeconds;
+  if (const char* text = std::getenv("HARK_RUN_GROUP_SECONDS"); text != nullptr && *text != '\0') {
+    char* end = nullptr;
+    seconds = std::strtod(text, &end);
+    if (*end != '\0' || !(seconds > 0)) {
+      fail("HARK_RUN_GROUP_SECONDS is '", text, "': expected a positive number of seconds");
     }
-    return group;
-  };
-  std::future<std::vector<Read>> ahead = std::async(std::launch::async, read_group, size_t{0});
-  for (;;) {
-    std::vector<Read> group = ahead.get();
-    if (group.empty()) return;
-    const size_t after = group.back().input + 1;
-    if (after < inputs.size()) ahead = std::async(std::launch::async, read_group, after);
-    std::vector<size_t> loaded;
-    std::vector<std::vector<float>> recordings;
-    for (Read& read : group) {
-      if (read.error) {
-        outputs.guarded({read.input}, [&] { std::rethrow_exception(read.error); });
-        continue;
-      }
-      loaded.push_back(read.input);
-      recordings.push_back(std::move(read.samples));
-    }
-    if (!loaded.empty()) outputs.guarded(loaded, [&] { body(loaded, recordings); });
-    if (after >= inputs.size()) return;
   }
+  return static_cast<size_t>(seconds * static_cast<double>(sample_rate));
 }
 
 using Clock = std::chrono::steady_clock;
@@ -394,50 +345,94 @@ std::string shown_name(const std::string& input) {
   return input == "-" ? "stdin" : input;
 }
 
-// Files transcribed one after another have their audio loaded one file ahead, on a thread of its
-// own: the first while the model loads, each next one while the GPU transcribes the one before
-// (an hour of 44.1-kHz WAV takes 0.6-0.8 s to read and resample on 16 cores). take(i) must be
-// called for i = 0, 1, … in order; a file that fails to load fails at its take().
-class AudioAhead {
+// The outputs' inputs, read a group at a time by `load` (samples at `sample_rate`), each group on
+// a thread of its own from the moment the one before is taken: the first while the model loads,
+// the next while the group before is transcribed (an hour of 44.1-kHz WAV takes 0.6-0.8 s to read
+// and resample on 16 cores). A group holds files until it holds `group_samples` (one file: 0).
+class GroupReader {
  public:
-  struct Loaded {
+  using Load = std::function<std::vector<float>(const std::string&)>;
+  struct Read {
+    size_t input = 0;
     std::vector<float> samples;
-    double seconds = 0;  // the load's own time
+    double seconds = 0;        // the load's own time
+    std::exception_ptr error;  // reported by the caller's thread, through Outputs
   };
 
-  explicit AudioAhead(const std::vector<std::string>& inputs) : inputs_(inputs) { start(0); }
+  GroupReader(const std::vector<std::string>& inputs, int64_t sample_rate, size_t group_samples,
+              Load load)
+      : inputs_(inputs),
+        sample_rate_(sample_rate),
+        group_samples_(group_samples),
+        load_(std::move(load)) {
+    start(0);
+  }
 
-  Loaded take(size_t i) {
-    if (i != next_) fail("audio of input ", i, " taken out of order");
-    std::future<Loaded> current = std::move(pending_);
-    std::exception_ptr error;
-    Loaded loaded;
-    try {
-      loaded = current.get();
-    } catch (...) {
-      error = std::current_exception();
-    }
-    start(i + 1);
-    if (error) std::rethrow_exception(error);
-    return loaded;
+  int64_t sample_rate() const { return sample_rate_; }
+
+  // The next group, once read (empty after the last); the one after it starts reading.
+  std::vector<Read> next() {
+    if (!pending_.valid()) return {};
+    std::vector<Read> group = pending_.get();
+    if (!group.empty()) start(group.back().input + 1);
+    return group;
   }
 
  private:
-  void start(size_t i) {
-    next_ = i;
-    if (i >= inputs_.size()) return;
-    pending_ = std::async(std::launch::async, [input = inputs_[i]] {
+  void start(size_t first) {
+    if (first < inputs_.size())
+      pending_ = std::async(std::launch::async, [this, first] { return read(first); });
+  }
+
+  std::vector<Read> read(size_t first) const {
+    std::vector<Read> group;
+    size_t samples = 0;
+    for (size_t next = first; next < inputs_.size() && (next == first || samples < group_samples_);
+         ++next) {
+      Read read;
+      read.input = next;
       const auto started = Clock::now();
-      Loaded loaded{audio::load(input, audio::kSampleRate), 0};
-      loaded.seconds = seconds_since(started);
-      return loaded;
-    });
+      try {
+        read.samples = load_(inputs_[next]);
+        samples += read.samples.size();
+      } catch (...) {
+        read.error = std::current_exception();
+      }
+      read.seconds = seconds_since(started);
+      group.push_back(std::move(read));
+    }
+    return group;
   }
 
   const std::vector<std::string>& inputs_;
-  size_t next_ = 0;
-  std::future<Loaded> pending_;
+  const int64_t sample_rate_;
+  const size_t group_samples_;
+  const Load load_;
+  std::future<std::vector<Read>> pending_;  // last: joined before the members it reads go
 };
+
+// body(indices, recordings) for each group's files that could be read. A file that cannot be read
+// fails alone; a failure in the body fails its group's files.
+template <class Body>
+void for_each_group(Outputs& outputs, GroupReader& reader, Body&& body) {
+  for (auto group = reader.next(); !group.empty(); group = reader.next()) {
+    std::vector<size_t> loaded;
+    std::vector<std::vector<float>> recordings;
+    for (GroupReader::Read& read : group) {
+      if (read.error) {
+        outputs.guarded({read.input}, [&] { std::rethrow_exception(read.error); });
+        continue;
+      }
+      log::info(
+          shown_name(outputs.inputs()[read.input]), ": ",
+          static_cast<double>(read.samples.size()) / static_cast<double>(reader.sample_rate()),
+          " s of audio loaded in ", read.seconds, " s");
+      loaded.push_back(read.input);
+      recordings.push_back(std::move(read.samples));
+    }
+    if (!loaded.empty()) outputs.guarded(loaded, [&] { body(loaded, recordings); });
+  }
+}
 
 void reject_options(const ParsedArgs& args, std::span<const std::string_view> names,
                     const std::string& why) {
@@ -451,9 +446,12 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
   reject_options(args, parakeet_only_options, "is an option of Parakeet models");
   const std::string& model_path = model_file->path();
   const std::vector<std::string>& inputs = outputs.inputs();
+  // Several files in batched mode share the batches, a group at a time; otherwise each file is
+  // transcribed alone. Either way the audio is read ahead, from before the model loads.
   const bool files_share_batches = options.batch_size > 1 && inputs.size() > 1;
-  std::optional<AudioAhead> audio_ahead;
-  if (!files_share_batches) audio_ahead.emplace(inputs);
+  GroupReader reader(
+      inputs, audio::kSampleRate, files_share_batches ? group_samples(audio::kSampleRate) : 0,
+      [](const std::string& input) { return audio::load(input, audio::kSampleRate); });
   const std::unique_ptr<whisper::Model> model = whisper::Model::load(model_file, device);
   const text::BpeTokenizer tokenizer = text::BpeTokenizer::from_gguf(*model_file);
   if (!options.language.empty()) model->vocabulary().language_token(options.language);
@@ -471,10 +469,8 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
             model->vocabulary().multilingual ? ", multilingual" : ", English-only");
 
   if (files_share_batches) {
-    // Batched mode over several files: the windows of a group of files share the batches.
-    auto load = [](const std::string& input) { return audio::load(input, audio::kSampleRate); };
     for_each_group(
-        outputs, audio::kSampleRate, load,
+        outputs, reader,
         [&](const std::vector<size_t>& loaded, std::vector<std::vector<float>>& recordings) {
           const auto started = Clock::now();
           std::vector<std::span<const float>> views(recordings.begin(), recordings.end());
@@ -493,25 +489,20 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
     return outputs.failures() == 0 ? 0 : 1;
   }
 
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    outputs.guarded({i}, [&] {
-      // The speed line counts from here: any wait for the audio, then the transcription.
-      const auto started = Clock::now();
-      const AudioAhead::Loaded loaded = audio_ahead->take(i);
-      const std::vector<float>& samples = loaded.samples;
-      log::info(shown_name(inputs[i]), ": ",
-                static_cast<double>(samples.size()) / audio::kSampleRate, " s of audio loaded in ",
-                loaded.seconds, " s (ahead, on a thread of its own; waited ",
-                seconds_since(started), " s for it)");
-      ProgressLine progress("hark: " + shown_name(inputs[i]));
-      options.on_progress = [&progress](double fraction) { progress.update(fraction); };
-      const Transcript transcript = whisper::transcribe(*model, tokenizer, samples, options);
-      progress.clear();
-      log_speed(shown_name(inputs[i]), static_cast<double>(samples.size()) / audio::kSampleRate,
-                seconds_since(started), transcript.language);
-      outputs.emit(i, transcript);
-    });
-  }
+  for_each_group(
+      outputs, reader,
+      [&](const std::vector<size_t>& loaded, std::vector<std::vector<float>>& recordings) {
+        const std::string name = shown_name(inputs[loaded[0]]);
+        const std::vector<float>& samples = recordings[0];
+        const auto started = Clock::now();
+        ProgressLine progress("hark: " + name);
+        options.on_progress = [&progress](double fraction) { progress.update(fraction); };
+        const Transcript transcript = whisper::transcribe(*model, tokenizer, samples, options);
+        progress.clear();
+        log_speed(name, static_cast<double>(samples.size()) / audio::kSampleRate,
+                  seconds_since(started), transcript.language);
+        outputs.emit(loaded[0], transcript);
+      });
   log_gpu_profile();
   return outputs.failures() == 0 ? 0 : 1;
 }
@@ -576,8 +567,9 @@ int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
   // share the batches (short files would otherwise each run as a batch of one), and each file's
   // transcript is put back together from its own pieces.
   const std::vector<std::string>& inputs = outputs.inputs();
+  GroupReader reader(inputs, config.sample_rate, group_samples(config.sample_rate), load);
   for_each_group(
-      outputs, config.sample_rate, load,
+      outputs, reader,
       [&](const std::vector<size_t>& loaded, std::vector<std::vector<float>>& recordings) {
         const auto started = Clock::now();
         const std::string label = loaded.size() == 1 ? shown_name(inputs[loaded[0]])

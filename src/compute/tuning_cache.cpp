@@ -1,5 +1,6 @@
 #include "compute/tuning_cache.h"
 
+#include <cctype>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -40,10 +41,6 @@ std::optional<std::vector<uint8_t>> from_hex(const std::string& text) {
   return bytes;
 }
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
-}
-
 }  // namespace
 
 TuningCache::TuningCache(std::filesystem::path file) : file_(std::move(file)) {
@@ -65,8 +62,11 @@ std::optional<std::vector<uint8_t>> TuningCache::find(const std::string& key) co
 
 void TuningCache::store(const std::string& key, std::span<const uint8_t> value) {
   if (key.empty()) fail("tuning cache: an empty key");
+  // The reader splits lines where std::isspace does.
   for (char c : key) {
-    if (is_space(c)) fail("tuning cache: the key '", key, "' holds whitespace");
+    if (std::isspace(static_cast<unsigned char>(c))) {
+      fail("tuning cache: the key '", key, "' holds whitespace");
+    }
   }
   if (value.empty()) fail("tuning cache: an empty value for '", key, "'");
   std::lock_guard lock(mutex_);

@@ -25,7 +25,6 @@ class TuningCache {
   // Reads what `file` holds (nothing when it does not exist yet).
   explicit TuningCache(std::filesystem::path file);
 
-  const std::filesystem::path& file() const { return file_; }
   std::optional<std::vector<uint8_t>> find(const std::string& key) const;
   // Keeps `value` for `key` and appends it to the file (creating the file and its folders).
   // Keys must be non-empty and free of whitespace (throws hark::Error otherwise).
