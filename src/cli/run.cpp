@@ -452,7 +452,9 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
   GroupReader reader(
       inputs, audio::kSampleRate, files_share_batches ? group_samples(audio::kSampleRate) : 0,
       [](const std::string& input) { return audio::load(input, audio::kSampleRate); });
+  const auto loading = Clock::now();
   const std::unique_ptr<whisper::Model> model = whisper::Model::load(model_file, device);
+  log::info("model loaded in ", seconds_since(loading), " s");
   const text::BpeTokenizer tokenizer = text::BpeTokenizer::from_gguf(*model_file);
   if (!options.language.empty()) model->vocabulary().language_token(options.language);
   const int64_t model_rate = model_file->get_int_or("whisper.sample_rate", audio::kSampleRate);
@@ -531,7 +533,9 @@ int run_parakeet(const ParsedArgs& args, const ParakeetSettings& settings,
                  "is an option of Whisper models; Parakeet decodes greedily and takes no "
                  "language, task, prompt or timestamp mode");
   const parakeet::Device device = settings.device;
+  const auto loading = Clock::now();
   const std::unique_ptr<parakeet::Model> model = parakeet::Model::load(model_file, device);
+  log::info("model loaded in ", seconds_since(loading), " s");
   const parakeet::Config& config = model->config();
   const double longest = static_cast<double>(model->max_samples()) / config.sample_rate;
   PieceLimits limits;

@@ -15,18 +15,18 @@ inline const compute::Weight* bias_of(const Linear& layer) {
   return layer.bias ? &*layer.bias : nullptr;
 }
 
-inline compute::cuda::Linear upload(const compute::cuda::Uploader& up, const Linear& layer) {
+inline compute::cuda::Linear upload(compute::cuda::Uploader& up, const Linear& layer) {
   return up.linear(layer.weight, bias_of(layer));
 }
 
-inline compute::cuda::LayerNorm upload(const compute::cuda::Uploader& up, const LayerNorm& norm) {
+inline compute::cuda::LayerNorm upload(compute::cuda::Uploader& up, const LayerNorm& norm) {
   return up.layer_norm(norm.weight, norm.bias, norm.eps);
 }
 
 // Linear layers over the same input stacked by rows into one (Q, K and V: one product instead of
 // three; Whisper's cross-attention K and V of every layer), with their biases (zeros where a
 // layer has none; no bias when none has one).
-inline compute::cuda::Linear upload_stacked(const compute::cuda::Uploader& up,
+inline compute::cuda::Linear upload_stacked(compute::cuda::Uploader& up,
                                             std::span<const Linear* const> layers) {
   std::vector<const compute::Weight*> matrices;
   std::vector<std::pair<const compute::Weight*, int64_t>> biases;

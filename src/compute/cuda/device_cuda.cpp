@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <mutex>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "compute/cuda/cuda.h"
 
 namespace hark::compute::cuda {
@@ -267,7 +270,15 @@ void Stream::synchronize() const {
 
 void require_device() {
   if (!available()) fail(describe());  // which says that no GPU is usable, and why
+  // The first call creates the CUDA context: a fixed cost of every process that uses the GPU.
+  static std::once_flag logged;
+  const auto started = std::chrono::steady_clock::now();
   check(cudaSetDevice(0), "select GPU 0");
+  std::call_once(logged, [&] {
+    log::info("CUDA context ready in ",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+              " s");
+  });
 }
 
 size_t allocated_bytes() {

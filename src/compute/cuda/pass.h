@@ -49,20 +49,38 @@ struct LayerNorm {
 // element type is 16-bit). Several parts are stacked by rows, so that one product computes what
 // several layers read from the same input (Q, K and V; the cross-attention K/V of all layers).
 // A null part of a vector is zeros of the given length (a projection without bias).
+//
+// The copies go up asynchronously, through a ring of page-locked buffers that all cores fill:
+// the reads from the (mapped) model file, the conversions and the transfers of successive
+// weights overlap. finish() waits for them all; the weights are usable on any stream after it.
 class Uploader {
  public:
   explicit Uploader(Element element) : element_(element) {}
-  Matrix matrix(std::span<const Weight* const> parts) const;
-  Matrix matrix(const Weight& w) const;
-  Buffer vector(std::span<const std::pair<const Weight*, int64_t>> parts) const;
-  Buffer vector(const Weight& w) const;
+  ~Uploader();  // waits for the copies still on their way (without reporting their errors)
+  Uploader(const Uploader&) = delete;
+  Uploader& operator=(const Uploader&) = delete;
+
+  Matrix matrix(std::span<const Weight* const> parts);
+  Matrix matrix(const Weight& w);
+  Buffer vector(std::span<const std::pair<const Weight*, int64_t>> parts);
+  Buffer vector(const Weight& w);
   // Rows of a table (F32 values) with `padding_rows` rows of zeros after them.
-  Buffer table(const Weight& w, int64_t padding_rows) const;
-  Linear linear(const Weight& weight, const Weight* bias) const;
-  LayerNorm layer_norm(const Weight& gamma, const Weight& beta, float eps) const;
+  Buffer table(const Weight& w, int64_t padding_rows);
+  Linear linear(const Weight& weight, const Weight* bias);
+  LayerNorm layer_norm(const Weight& gamma, const Weight& beta, float eps);
+  // Waits for every copy queued so far; throws hark::Error when one failed.
+  void finish();
 
  private:
+  // Queues `bytes` of host memory for `device`; returns once `host` has been read.
+  void put(const void* host, size_t bytes, void* device);
+  Buffer to_device(const std::vector<uint8_t>& bytes);
+
   Element element_;
+  Stream stream_;
+  // Three, so that one is filled while the two before it are on their way up.
+  StagingBuffer staging_[3];
+  size_t next_staging_ = 0;
 };
 
 class Pass {

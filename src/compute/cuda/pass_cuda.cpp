@@ -55,12 +55,15 @@ void append_as(Element element, const float* values, size_t count, std::vector<u
   }
 }
 
+bool stored_as(Element element, DType type) {
+  return (element == Element::f32 && type == DType::F32) ||
+         (element == Element::f16 && type == DType::F16) ||
+         (element == Element::bf16 && type == DType::BF16);
+}
+
 // Appends a stored weight converted to `element` (or copied as it is when it already is).
 void append_weight(Element element, const Weight& w, std::vector<uint8_t>& out) {
-  const bool same = (element == Element::f32 && w.type == DType::F32) ||
-                    (element == Element::f16 && w.type == DType::F16) ||
-                    (element == Element::bf16 && w.type == DType::BF16);
-  if (same) {
+  if (stored_as(element, w.type)) {
     out.insert(out.end(), w.data, w.data + w.nbytes);
     return;
   }
@@ -75,11 +78,9 @@ void append_weight(Element element, const Weight& w, std::vector<uint8_t>& out) 
   }
 }
 
-Buffer to_device(const std::vector<uint8_t>& bytes) {
-  Buffer buffer(bytes.size());
-  upload(bytes.data(), bytes.size(), buffer.data());
-  return buffer;
-}
+// The pieces that go through one staging buffer: large enough for all cores to copy one in
+// together (StagingBuffer::upload_from), small enough that three stay a small page-locked ring.
+constexpr size_t kStagedPieceBytes = size_t{16} << 20;
 
 }  // namespace
 
@@ -108,35 +109,76 @@ std::vector<float> download_f32(const void* device, int64_t count, Element e) {
   return values;
 }
 
-Matrix Uploader::matrix(std::span<const Weight* const> parts) const {
+Uploader::~Uploader() {
+  cudaStreamSynchronize(stream_.get());  // the staging buffers and their sources must outlive it
+}
+
+void Uploader::finish() {
+  stream_.synchronize();
+}
+
+void Uploader::put(const void* host, size_t bytes, void* device) {
+  const auto* source = static_cast<const uint8_t*>(host);
+  auto* target = static_cast<uint8_t*>(device);
+  for (size_t begin = 0; begin < bytes; begin += kStagedPieceBytes) {
+    StagingBuffer& staging = staging_[next_staging_];
+    next_staging_ = (next_staging_ + 1) % std::size(staging_);
+    staging.upload_from(source + begin, std::min(kStagedPieceBytes, bytes - begin), target + begin,
+                        stream_.get());
+  }
+}
+
+Buffer Uploader::to_device(const std::vector<uint8_t>& bytes) {
+  Buffer buffer(bytes.size());
+  put(bytes.data(), bytes.size(), buffer.data());
+  return buffer;
+}
+
+Matrix Uploader::matrix(std::span<const Weight* const> parts) {
   if (parts.empty()) fail("CUDA upload: a matrix of no parts");
   Matrix m;
   m.cols = parts[0]->cols();
   // Q8_0 stays Q8_0 only when every part is Q8_0 and the products run in 16 bits.
   m.q8_0 = element_ != Element::f32;
   for (const Weight* part : parts) m.q8_0 = m.q8_0 && part->type == DType::Q8_0;
-  std::vector<uint8_t> bytes;
+  const auto device_bytes = [&](const Weight& part) {
+    return m.q8_0 ? part.nbytes
+                  : static_cast<size_t>(part.rows() * m.cols) * element_size(element_);
+  };
+  size_t total = 0;
   for (const Weight* part : parts) {
     if (part->cols() != m.cols) {
       fail("CUDA upload: stacked matrices of ", m.cols, " and ", part->cols(), " columns");
     }
-    if (m.q8_0) {
-      bytes.insert(bytes.end(), part->data, part->data + part->nbytes);
-    } else {
-      append_weight(element_, *part, bytes);
-    }
+    total += device_bytes(*part);
     m.rows += part->rows();
   }
-  m.data = to_device(bytes);
+  m.data = Buffer(total);
+  auto* target = m.data.as<uint8_t>();
+  for (const Weight* part : parts) {
+    const size_t size = device_bytes(*part);
+    if (m.q8_0 || stored_as(element_, part->type)) {
+      // Weights stored as they go up are copied straight from the model file.
+      if (part->nbytes != size) {
+        fail("CUDA upload: a matrix of ", part->nbytes, " bytes where its shape takes ", size);
+      }
+      put(part->data, size, target);
+    } else {
+      std::vector<uint8_t> converted;
+      append_weight(element_, *part, converted);
+      put(converted.data(), size, target);
+    }
+    target += size;
+  }
   return m;
 }
 
-Matrix Uploader::matrix(const Weight& w) const {
+Matrix Uploader::matrix(const Weight& w) {
   const Weight* parts[] = {&w};
   return matrix(parts);
 }
 
-Buffer Uploader::vector(std::span<const std::pair<const Weight*, int64_t>> parts) const {
+Buffer Uploader::vector(std::span<const std::pair<const Weight*, int64_t>> parts) {
   std::vector<uint8_t> bytes;
   for (const auto& [part, length] : parts) {
     if (part == nullptr) {
@@ -151,12 +193,12 @@ Buffer Uploader::vector(std::span<const std::pair<const Weight*, int64_t>> parts
   return to_device(bytes);
 }
 
-Buffer Uploader::vector(const Weight& w) const {
+Buffer Uploader::vector(const Weight& w) {
   const std::pair<const Weight*, int64_t> parts[] = {{&w, w.shape.elements()}};
   return vector(parts);
 }
 
-Buffer Uploader::table(const Weight& w, int64_t padding_rows) const {
+Buffer Uploader::table(const Weight& w, int64_t padding_rows) {
   std::vector<uint8_t> bytes;
   append_weight(element_, w, bytes);
   bytes.resize(bytes.size() + static_cast<size_t>(padding_rows * w.cols()) * element_size(element_),
@@ -164,14 +206,14 @@ Buffer Uploader::table(const Weight& w, int64_t padding_rows) const {
   return to_device(bytes);
 }
 
-Linear Uploader::linear(const Weight& weight, const Weight* bias) const {
+Linear Uploader::linear(const Weight& weight, const Weight* bias) {
   Linear layer;
   layer.weight = matrix(weight);
   if (bias != nullptr) layer.bias = vector(*bias);
   return layer;
 }
 
-LayerNorm Uploader::layer_norm(const Weight& gamma, const Weight& beta, float eps) const {
+LayerNorm Uploader::layer_norm(const Weight& gamma, const Weight& beta, float eps) {
   return LayerNorm{vector(gamma), vector(beta), eps};
 }
 

@@ -23,7 +23,7 @@ std::vector<float> scaled_values(const Weight& w, float factor) {
 }
 
 // The feed-forward module's second linear with its output halved (the macaron half step).
-gpu::Linear halved(const gpu::Uploader& up, const nn::Linear& layer) {
+gpu::Linear halved(gpu::Uploader& up, const nn::Linear& layer) {
   const std::vector<float> weight = scaled_values(layer.weight, 0.5f);
   const Weight weight_view = Weight::f32(weight.data(), layer.weight.shape);
   if (!layer.bias) return up.linear(weight_view, nullptr);
@@ -36,7 +36,7 @@ gpu::Linear halved(const gpu::Uploader& up, const nn::Linear& layer) {
 // without one): the product's bias epilogue then yields q + v', which the position scores read,
 // and no pass over the queries adds it (Block::content_bias). The loader has checked the shapes
 // (v' [h, dh], d = h · dh values).
-gpu::Linear stacked_qkv(const gpu::Uploader& up, const nn::RelPositionAttention& a) {
+gpu::Linear stacked_qkv(gpu::Uploader& up, const nn::RelPositionAttention& a) {
   const int64_t d = a.q_proj.out_features();
   std::vector<float> q_bias = scaled_values(a.bias_v, 1.0f);
   if (a.q_proj.bias) {
@@ -53,7 +53,7 @@ gpu::Linear stacked_qkv(const gpu::Uploader& up, const nn::RelPositionAttention&
 }
 
 // u − v' [h, dh]: the content scores' bias on queries that hold q + v' already (stacked_qkv).
-gpu::Buffer content_bias(const gpu::Uploader& up, const nn::RelPositionAttention& a) {
+gpu::Buffer content_bias(gpu::Uploader& up, const nn::RelPositionAttention& a) {
   std::vector<float> difference = scaled_values(a.bias_u, 1.0f);
   const std::vector<float> position_bias = scaled_values(a.bias_v, 1.0f);
   for (size_t i = 0; i < difference.size(); ++i) difference[i] -= position_bias[i];
@@ -64,7 +64,7 @@ gpu::Buffer content_bias(const gpu::Uploader& up, const nn::RelPositionAttention
 // logits then have rows of whole 32-byte pieces, which cuBLASLt's aligned kernels need (an odd
 // row length, such as TDT's V + 1 + 5, gets a slow 8-byte-aligned kernel). The logits' readers
 // take the real columns only (finish_logits).
-gpu::Linear padded_head(const gpu::Uploader& up, const nn::Linear& layer) {
+gpu::Linear padded_head(gpu::Uploader& up, const nn::Linear& layer) {
   constexpr int64_t kMultiple = 8;
   const Weight& w = layer.weight;
   const int64_t outputs = w.rows(), padding = (kMultiple - outputs % kMultiple) % kMultiple;
@@ -85,7 +85,7 @@ gpu::Linear padded_head(const gpu::Uploader& up, const nn::Linear& layer) {
 // The subsampling's output linear with its input columns reordered from transformers' (channel,
 // frequency) flattening, c·F + f, to (frequency, channel), f·C + c: the order in which the
 // channels-last convolutions leave each time step, so no transpose runs before the product.
-gpu::Linear frequency_major(const gpu::Uploader& up, const nn::Linear& layer, int64_t channels) {
+gpu::Linear frequency_major(gpu::Uploader& up, const nn::Linear& layer, int64_t channels) {
   const Weight& w = layer.weight;
   const int64_t outputs = w.rows(), inputs = w.cols(), bins = inputs / channels;
   if (bins * channels != inputs) {
@@ -107,14 +107,14 @@ gpu::Linear frequency_major(const gpu::Uploader& up, const nn::Linear& layer, in
 // A depthwise (or one-input-channel) convolution's kernel, PyTorch's [C, 1, k(, k)], tap-major
 // [k(·k), C] as kernels_conformer.h's convolutions read it: a thread then loads the taps of its
 // neighbouring channels as whole packs.
-gpu::Buffer upload_tap_major(const gpu::Uploader& up, const Weight& w) {
+gpu::Buffer upload_tap_major(gpu::Uploader& up, const Weight& w) {
   const int64_t channels = w.shape[0], taps = w.shape.elements() / channels;
   const std::vector<float> values = scaled_values(w, 1.0f);
   const std::vector<float> reordered = gpu::tap_major(values.data(), channels, taps);
   return up.vector(Weight::f32(reordered.data(), compute::Shape{taps, channels}));
 }
 
-Subsampling subsampling(const gpu::Uploader& up, const nn::ConvSubsampling& host) {
+Subsampling subsampling(gpu::Uploader& up, const nn::ConvSubsampling& host) {
   Subsampling s;
   s.conv_weight = upload_tap_major(up, host.conv_weight);
   s.conv_bias = up.vector(host.conv_bias);
@@ -130,7 +130,7 @@ Subsampling subsampling(const gpu::Uploader& up, const nn::ConvSubsampling& host
   return s;
 }
 
-Block block(const gpu::Uploader& up, const nn::ConformerBlock& host) {
+Block block(gpu::Uploader& up, const nn::ConformerBlock& host) {
   Block b;
   b.norm_ff1 = nn::upload(up, host.norm_ff1);
   b.ff1_fc1 = nn::upload(up, host.ff1.fc1);
@@ -152,7 +152,7 @@ Block block(const gpu::Uploader& up, const nn::ConformerBlock& host) {
   return b;
 }
 
-Transducer transducer(const gpu::Uploader& up, const TransducerWeights& host) {
+Transducer transducer(gpu::Uploader& up, const TransducerWeights& host) {
   Transducer t;
   t.embedding = up.table(host.prediction.embedding, 0);
   t.tokens = host.prediction.embedding.shape[0];
@@ -175,7 +175,7 @@ gpu::Element element_for(const parakeet::Weights& host) {
 }
 
 Weights upload_weights(const parakeet::Weights& host, gpu::Element element) {
-  const gpu::Uploader up(element);
+  gpu::Uploader up(element);
   Weights w;
   w.element = element;
   w.subsampling = subsampling(up, host.encoder.subsampling);
@@ -185,6 +185,7 @@ Weights upload_weights(const parakeet::Weights& host, gpu::Element element) {
   if (host.ctc_head) w.ctc_head = padded_head(up, *host.ctc_head);
   if (host.transducer) w.transducer = transducer(up, *host.transducer);
   w.attention_scale = host.encoder.blocks.empty() ? 1.0f : host.encoder.blocks[0].attention.scale;
+  up.finish();
   return w;
 }
 

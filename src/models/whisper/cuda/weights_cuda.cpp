@@ -1,8 +1,10 @@
 #include "models/whisper/cuda/weights.h"
 
+#include <chrono>
 #include <cmath>
 #include <utility>
 
+#include "base/log.h"
 #include "nn/upload_cuda.h"
 
 namespace hark::whisper::cuda {
@@ -20,7 +22,7 @@ Weight as_matrix(const Weight& conv) {
   return matrix;
 }
 
-gpu::Linear stacked_qkv(const gpu::Uploader& up, const nn::MultiHeadAttention& a) {
+gpu::Linear stacked_qkv(gpu::Uploader& up, const nn::MultiHeadAttention& a) {
   const nn::Linear* const parts[] = {&a.q_proj, &a.k_proj, &a.v_proj};
   return nn::upload_stacked(up, parts);
 }
@@ -32,7 +34,9 @@ gpu::Element element_for(DType type) {
 }
 
 Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::Element element) {
-  const gpu::Uploader up(element);
+  const auto started = std::chrono::steady_clock::now();
+  const size_t allocated_before = gpu::allocated_bytes();
+  gpu::Uploader up(element);
   Weights w;
   w.element = element;
   const EncoderWeights& enc = host.encoder;
@@ -66,6 +70,10 @@ Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::
   w.cross_kv = nn::upload_stacked(up, cross_parts);
   w.encoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.encoder_heads));
   w.decoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.decoder_heads));
+  up.finish();
+  log::info("weights: ", (gpu::allocated_bytes() - allocated_before) >> 20, " MiB uploaded in ",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
+            " s");
   return w;
 }
 
