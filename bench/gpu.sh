@@ -97,6 +97,23 @@ with wave.open(sys.argv[2], 'wb') as f:
     end=$(date +%s.%N)
     echo "hark --version: $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }') s wall" | tee -a "$summary"
   done
+  # One run of the stage (LABEL BINARY MODEL AUDIO [options]): its wall time and the -v lines
+  # that say where the time went, to the summary; the whole log to hour.log.
+  hour_run() {
+    local label=$1 binary=$2 model=$3 audio=$4 start end status
+    shift 4
+    start=$(date +%s.%N)
+    HARK_CUDA_TUNING_CACHE="$hour_dir/$(basename "$binary")-$model.tune" \
+    timeout 300 "$binary" run "$hour_dir/$model.gguf" "$hour_dir/$audio" --device cuda \
+      --max-tokens 120 --no-fallback --language en --timestamps none -v "$@" \
+      > "$hour_dir/out.txt" 2> "$hour_dir/err.txt"
+    status=$?
+    end=$(date +%s.%N)
+    echo "$model, $binary, $label: exit $status, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s wall," \
+      "$(wc -w < "$hour_dir/out.txt") words" | tee -a "$summary"
+    grep -E "s of audio|loaded|ready|encoded and decoded" "$hour_dir/err.txt" | tee -a "$summary"
+    { echo "== $model, $binary, $label"; cat "$hour_dir/err.txt"; } >> "$out/hour.log"
+  }
   for model in "large-v3-turbo 4" "large-v3 32"; do
     set -- $model
     timeout 300 python3 tools/oracle/whisper_large.py "$hour_dir/$1" --checkpoint-only \
@@ -105,30 +122,10 @@ with wave.open(sys.argv[2], 'wb') as f:
       >> "$out/hour.log" 2>&1
     rm -rf "${hour_dir:?}/$1"
     for binary in "$build/hark" ${HARK_HOUR_BASELINE:-}; do
-      for repeat in 1 2; do
-        start=$(date +%s.%N)
-        HARK_CUDA_TUNING_CACHE="$hour_dir/$(basename "$binary")-$1.tune" \
-        timeout 300 "$binary" run "$hour_dir/$1.gguf" "$hour_dir/hour.wav" --device cuda \
-          --batch-size 120 --max-tokens 120 --no-fallback --language en --timestamps none -v \
-          > "$hour_dir/out.txt" 2> "$hour_dir/err.txt"
-        status=$?
-        end=$(date +%s.%N)
-        echo "$1, $binary, run $repeat: exit $status, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s wall," \
-          "$(wc -w < "$hour_dir/out.txt") words" | tee -a "$summary"
-        grep -E "s of audio|loaded|ready|encoded and decoded" "$hour_dir/err.txt" | tee -a "$summary"
-        { echo "== $1, $binary, run $repeat"; cat "$hour_dir/err.txt"; } >> "$out/hour.log"
-      done
+      hour_run "run 1" "$binary" "$1" hour.wav --batch-size 120
+      hour_run "run 2" "$binary" "$1" hour.wav --batch-size 120
       # What a user with one short file waits for: mostly the process and the model's loading.
-      start=$(date +%s.%N)
-      HARK_CUDA_TUNING_CACHE="$hour_dir/$(basename "$binary")-$1.tune" \
-      timeout 300 "$binary" run "$hour_dir/$1.gguf" "$hour_dir/short.wav" --device cuda \
-        --max-tokens 120 --no-fallback --language en --timestamps none -v \
-        > "$hour_dir/out.txt" 2> "$hour_dir/err.txt"
-      status=$?
-      end=$(date +%s.%N)
-      echo "$1, $binary, 30 s: exit $status, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s wall" | tee -a "$summary"
-      grep -E "s of audio|loaded|ready" "$hour_dir/err.txt" | tee -a "$summary"
-      { echo "== $1, $binary, 30 s"; cat "$hour_dir/err.txt"; } >> "$out/hour.log"
+      hour_run "30 s" "$binary" "$1" short.wav
     done
   done
   rm -rf "$hour_dir"
