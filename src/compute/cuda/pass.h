@@ -3,6 +3,7 @@
 // Every op is asynchronous and capturable into a CUDA Graph.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <utility>
@@ -53,12 +54,10 @@ struct LayerNorm {
 // The copies go up asynchronously, through a ring of page-locked buffers that all cores fill:
 // the reads from the (mapped) model file, the conversions and the transfers of successive
 // weights overlap. finish() waits for them all; the weights are usable on any stream after it.
+// (Should an upload stop early, the staging buffers' destructors wait for their copies.)
 class Uploader {
  public:
-  explicit Uploader(Element element) : element_(element) {}
-  ~Uploader();  // waits for the copies still on their way (without reporting their errors)
-  Uploader(const Uploader&) = delete;
-  Uploader& operator=(const Uploader&) = delete;
+  explicit Uploader(Element element);
 
   Matrix matrix(std::span<const Weight* const> parts);
   Matrix matrix(const Weight& w);
@@ -68,7 +67,8 @@ class Uploader {
   Buffer table(const Weight& w, int64_t padding_rows);
   Linear linear(const Weight& weight, const Weight* bias);
   LayerNorm layer_norm(const Weight& gamma, const Weight& beta, float eps);
-  // Waits for every copy queued so far; throws hark::Error when one failed.
+  // Waits for every copy queued so far, and logs (info) the bytes and the time since the
+  // Uploader was made; throws hark::Error when a copy failed.
   void finish();
 
  private:
@@ -81,6 +81,8 @@ class Uploader {
   // Three, so that one is filled while the two before it are on their way up.
   StagingBuffer staging_[3];
   size_t next_staging_ = 0;
+  size_t bytes_put_ = 0;
+  std::chrono::steady_clock::time_point started_;
 };
 
 class Pass {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/log.h"
 #include "compute/cuda/kernels_conformer.h"
 #include "format/quant.h"
 
@@ -109,17 +110,20 @@ std::vector<float> download_f32(const void* device, int64_t count, Element e) {
   return values;
 }
 
-Uploader::~Uploader() {
-  cudaStreamSynchronize(stream_.get());  // the staging buffers and their sources must outlive it
-}
+Uploader::Uploader(Element element)
+    : element_(element), started_(std::chrono::steady_clock::now()) {}
 
 void Uploader::finish() {
   stream_.synchronize();
+  log::info("weights: ", bytes_put_ >> 20, " MiB uploaded in ",
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count(),
+            " s");
 }
 
 void Uploader::put(const void* host, size_t bytes, void* device) {
   const auto* source = static_cast<const uint8_t*>(host);
   auto* target = static_cast<uint8_t*>(device);
+  bytes_put_ += bytes;
   for (size_t begin = 0; begin < bytes; begin += kStagedPieceBytes) {
     StagingBuffer& staging = staging_[next_staging_];
     next_staging_ = (next_staging_ + 1) % std::size(staging_);

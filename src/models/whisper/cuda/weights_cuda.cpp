@@ -1,10 +1,8 @@
 #include "models/whisper/cuda/weights.h"
 
-#include <chrono>
 #include <cmath>
 #include <utility>
 
-#include "base/log.h"
 #include "nn/upload_cuda.h"
 
 namespace hark::whisper::cuda {
@@ -34,8 +32,6 @@ gpu::Element element_for(DType type) {
 }
 
 Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::Element element) {
-  const auto started = std::chrono::steady_clock::now();
-  const size_t allocated_before = gpu::allocated_bytes();
   gpu::Uploader up(element);
   Weights w;
   w.element = element;
@@ -71,9 +67,6 @@ Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::
   w.encoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.encoder_heads));
   w.decoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.decoder_heads));
   up.finish();
-  log::info("weights: ", (gpu::allocated_bytes() - allocated_before) >> 20, " MiB uploaded in ",
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
-            " s");
   return w;
 }
 
