@@ -11,7 +11,8 @@
 # the runs hark bench brackets, large-v3 batch 1, 16 and 64 and the Parakeet batch, summed by name
 # by bench/ncu_summary.py), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
 # HARK_NCU_RUN; see the stage), hour (an hour of audio through hark run with random-weight
-# large-v3-turbo and large-v3 checkpoints). Default: the first four. Full logs go
+# large-v3-turbo and large-v3 checkpoints), short (30-s and 5-min files through hark run in the
+# sequential mode, same checkpoints). Default: the first four. Full logs go
 # to OUT_DIR; a short summary is printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
 # scripts/build-gpu.sh.
 set -uo pipefail
@@ -67,68 +68,89 @@ if has large; then
   rm -rf "$large_dir"
 fi
 
-if has hour; then
-  # An hour of 44.1-kHz stereo noise through hark run, as a user runs it: WAV parsing,
-  # resampling, the long-form log-mel, batches of 120 windows, text. Random-weight checkpoints of
-  # the real shapes (tools/oracle/whisper_large.py --checkpoint-only), converted by hark convert;
-  # greedy, --max-tokens 120 (random weights rarely end a window early), no fallback.
+if has hour || has short; then
+  # Audio through hark run, as a user runs it: WAV parsing, resampling, the log-mel, the windows,
+  # text. Random-weight checkpoints of the real shapes (tools/oracle/whisper_large.py
+  # --checkpoint-only), converted by hark convert; greedy, --max-tokens 120 (random weights rarely
+  # end a window early), no fallback. The audio is 44.1-kHz stereo noise.
   # HARK_HOUR_BASELINE: another hark binary to run the same way (a build before a change).
   # cuBLASLt's tuning cache starts empty in a folder of the stage's own: each binary's first run
-  # of a model times the products' candidates, its second finds them in the cache. Then a 30-s
-  # file, whose wall time is mostly the process's start and the model's loading, and the bare
-  # process (hark --version).
-  echo "== An hour through hark run (random-weight checkpoints)" | tee -a "$summary"
-  hour_dir=$(mktemp -d)
+  # of a model times the products' candidates, later runs find them in the cache.
+  # hour: an hour in batches of 120 windows, twice; then a 30-s file; and the bare process.
+  # short: what a user with short files waits for in the default, sequential mode (--batch-size
+  # 1): a 30-s file with an empty cache and again, three in one process, five minutes, and a
+  # 30-s file with every kernel module loaded up front (CUDA_MODULE_LOADING=EAGER).
+  echo "== Audio through hark run (random-weight checkpoints; stages: $stages)" | tee -a "$summary"
+  runs_dir=$(mktemp -d)
   python3 -c "
 import sys, wave, numpy
 rng = numpy.random.default_rng(3)
-with wave.open(sys.argv[1], 'wb') as f:
-    f.setnchannels(2); f.setsampwidth(2); f.setframerate(44100)
-    for minute in range(60):
-        f.writeframes(rng.integers(-3000, 3000, size=(44100 * 60, 2), dtype=numpy.int16).tobytes())
-with wave.open(sys.argv[2], 'wb') as f:
-    f.setnchannels(2); f.setsampwidth(2); f.setframerate(44100)
-    f.writeframes(rng.integers(-3000, 3000, size=(44100 * 30, 2), dtype=numpy.int16).tobytes())
-" "$hour_dir/hour.wav" "$hour_dir/short.wav"
-  # The process alone: start, the libraries' loading, exit.
-  for repeat in 1 2 3; do
+def noise(path, seconds):
+    with wave.open(path, 'wb') as f:
+        f.setnchannels(2); f.setsampwidth(2); f.setframerate(44100)
+        for start in range(0, seconds, 60):
+            frames = 44100 * min(60, seconds - start)
+            f.writeframes(rng.integers(-3000, 3000, size=(frames, 2), dtype=numpy.int16).tobytes())
+if sys.argv[2] == 'hour':
+    noise(sys.argv[1] + '/hour.wav', 3600)
+noise(sys.argv[1] + '/short.wav', 30)
+noise(sys.argv[1] + '/short2.wav', 30)
+noise(sys.argv[1] + '/short3.wav', 30)
+noise(sys.argv[1] + '/five.wav', 300)
+" "$runs_dir" "$(has hour && echo hour)"
+  if has hour; then
+    # The process alone: start, the libraries' loading, exit.
+    for repeat in 1 2 3; do
+      start=$(date +%s.%N)
+      "$build/hark" --version > /dev/null
+      end=$(date +%s.%N)
+      echo "hark --version: $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }') s wall" | tee -a "$summary"
+    done
+  fi
+  # One run (LABEL BINARY MODEL AUDIO... -- [options]): its wall time and the -v lines that say
+  # where the time went, to the summary; the whole log to runs.log.
+  timed_run() {
+    local label=$1 binary=$2 model=$3 start end status audio=()
+    shift 3
+    while [ "$1" != -- ]; do audio+=("$runs_dir/$1"); shift; done
+    shift
     start=$(date +%s.%N)
-    "$build/hark" --version > /dev/null
-    end=$(date +%s.%N)
-    echo "hark --version: $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.3f", b - a }') s wall" | tee -a "$summary"
-  done
-  # One run of the stage (LABEL BINARY MODEL AUDIO [options]): its wall time and the -v lines
-  # that say where the time went, to the summary; the whole log to hour.log.
-  hour_run() {
-    local label=$1 binary=$2 model=$3 audio=$4 start end status
-    shift 4
-    start=$(date +%s.%N)
-    HARK_CUDA_TUNING_CACHE="$hour_dir/$(basename "$binary")-$model.tune" \
-    timeout 300 "$binary" run "$hour_dir/$model.gguf" "$hour_dir/$audio" --device cuda \
+    HARK_CUDA_TUNING_CACHE="$runs_dir/$(basename "$binary")-$model.tune" \
+    timeout 300 "$binary" run "$runs_dir/$model.gguf" "${audio[@]}" --device cuda \
       --max-tokens 120 --no-fallback --language en --timestamps none -v "$@" \
-      > "$hour_dir/out.txt" 2> "$hour_dir/err.txt"
+      > "$runs_dir/out.txt" 2> "$runs_dir/err.txt"
     status=$?
     end=$(date +%s.%N)
-    echo "$model, $binary, $label: exit $status, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s wall," \
-      "$(wc -w < "$hour_dir/out.txt") words" | tee -a "$summary"
-    grep -E "s of audio|loaded|ready|encoded and decoded" "$hour_dir/err.txt" | tee -a "$summary"
-    { echo "== $model, $binary, $label"; cat "$hour_dir/err.txt"; } >> "$out/hour.log"
+    echo "$model, $(basename "$binary"), $label: exit $status, $(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }') s wall," \
+      "$(wc -w < "$runs_dir/out.txt") words" | tee -a "$summary"
+    grep -E "s of audio|loaded|ready|encoded and decoded|decoded in" "$runs_dir/err.txt" \
+      | head -24 | tee -a "$summary"
+    { echo "== $model, $binary, $label"; cat "$runs_dir/err.txt"; } >> "$out/runs.log"
   }
   for model in "large-v3-turbo 4" "large-v3 32"; do
     set -- $model
-    timeout 300 python3 tools/oracle/whisper_large.py "$hour_dir/$1" --checkpoint-only \
-      --decoder-layers "$2" >> "$out/hour.log" 2>&1
-    timeout 300 "$build/hark" convert "$hour_dir/$1" -o "$hour_dir/$1.gguf" --type f16 \
-      >> "$out/hour.log" 2>&1
-    rm -rf "${hour_dir:?}/$1"
+    timeout 300 python3 tools/oracle/whisper_large.py "$runs_dir/$1" --checkpoint-only \
+      --decoder-layers "$2" >> "$out/runs.log" 2>&1
+    timeout 300 "$build/hark" convert "$runs_dir/$1" -o "$runs_dir/$1.gguf" --type f16 \
+      >> "$out/runs.log" 2>&1
+    rm -rf "${runs_dir:?}/$1"
     for binary in "$build/hark" ${HARK_HOUR_BASELINE:-}; do
-      hour_run "run 1" "$binary" "$1" hour.wav --batch-size 120
-      hour_run "run 2" "$binary" "$1" hour.wav --batch-size 120
-      # What a user with one short file waits for: mostly the process and the model's loading.
-      hour_run "30 s" "$binary" "$1" short.wav
+      if has hour; then
+        timed_run "hour, run 1" "$binary" "$1" hour.wav -- --batch-size 120
+        timed_run "hour, run 2" "$binary" "$1" hour.wav -- --batch-size 120
+        timed_run "30 s" "$binary" "$1" short.wav --
+      fi
+      if has short; then
+        rm -f "$runs_dir/$(basename "$binary")-$1.tune"
+        timed_run "30 s, empty cache" "$binary" "$1" short.wav --
+        timed_run "30 s" "$binary" "$1" short.wav --
+        timed_run "3 x 30 s" "$binary" "$1" short.wav short2.wav short3.wav --
+        timed_run "5 min" "$binary" "$1" five.wav --
+        CUDA_MODULE_LOADING=EAGER timed_run "30 s, eager modules" "$binary" "$1" short.wav --
+      fi
     done
   done
-  rm -rf "$hour_dir"
+  rm -rf "$runs_dir"
 fi
 
 if has bench; then

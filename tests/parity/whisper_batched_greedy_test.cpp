@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "compute/cuda/cuda.h"
 #include "format/gguf.h"
 #include "models/whisper/convert.h"
@@ -130,8 +131,27 @@ TEST(WhisperCudaBatchedGreedy, MatchesDecodeWindowOnTheCpu) {
       EXPECT_NEAR(batched[i].sum_logprob, expected.sum_logprob,
                   1e-4 * (1 + std::abs(expected.sum_logprob)));
       EXPECT_NEAR(batched[i].no_speech_prob, expected.no_speech_prob, 1e-4);
+      // decode_window on the CUDA model (the sequential mode's search): the window alone, a
+      // batch of one on the device, wherever it sits in its encode_batch() call.
+      const WindowResult alone =
+          decode_window(*models.cuda, gpu_windows[i], prompts[i], rules, options);
+      EXPECT_EQ(alone.tokens, expected.tokens);
+      EXPECT_EQ(alone.ended, expected.ended);
+      EXPECT_NEAR(alone.sum_logprob, expected.sum_logprob,
+                  1e-4 * (1 + std::abs(expected.sum_logprob)));
+      EXPECT_NEAR(alone.no_speech_prob, expected.no_speech_prob, 1e-4);
     }
   }
+  // Windows that do not follow each other in their batch are refused, not misread.
+  const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, {},
+                                    vocabulary.first_language, vocabulary.transcribe, false);
+  const std::vector<GreedyJob> gap = {{gpu_windows[0], prompt.tokens, prompt.sot_index, 5},
+                                      {gpu_windows[2], prompt.tokens, prompt.sot_index, 5}};
+  EXPECT_THROW(models.cuda->decode_greedy(gap, /*timestamps=*/false), Error);
+  const std::vector<GreedyJob> past_the_end = {
+      {gpu_windows[2], prompt.tokens, prompt.sot_index, 5},
+      {gpu_windows[2], prompt.tokens, prompt.sot_index, 5}};
+  EXPECT_THROW(models.cuda->decode_greedy(past_the_end, /*timestamps=*/false), Error);
 }
 
 // Windows whose limits differ end at different steps; once done, their attentions read no keys

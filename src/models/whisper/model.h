@@ -165,11 +165,12 @@ class Model {
   // CUDA model cuts those on the GPU there, without a copy through the host.
   virtual std::vector<std::shared_ptr<const EncodedWindow>> encode_windows(
       std::span<const MelWindow> windows) const;
-  // Greedy decoding of the windows of one encode_batch() call, all of them in their order, as
-  // one batch on the device, under Whisper's logit rules (timestamp rules when `timestamps`).
-  // Gives what decode_window() gives at temperature 0 for each. The batch steps until its
-  // longest window is done; a window that is done costs the steps that follow little more than
-  // its rows of the products. `exact_lengths`: each window samples exactly its job's limit,
+  // Greedy decoding of consecutive windows of one encode_batch() call (all of them, or one), in
+  // their order, as one batch on the device, under Whisper's logit rules (timestamp rules when
+  // `timestamps`). Gives for each what the host-driven greedy search over a DecoderSession gives.
+  // The batch steps until its longest window is done; a window that is done costs the steps that
+  // follow little more than its rows of the products. `exact_lengths`: each window samples exactly
+  // its job's limit,
   // <|endoftext|> ending none (benchmarks with random weights). Only models with
   // decodes_batches(); the others throw.
   virtual bool decodes_batches() const { return false; }

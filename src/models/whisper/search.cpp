@@ -312,6 +312,19 @@ WindowResult beam_search(const Model& model, const std::shared_ptr<const Encoded
   return result;
 }
 
+// Model::decode_greedy's outcomes as the host-driven searches' results.
+std::vector<WindowResult> greedy_on_device(const Model& model, std::span<const GreedyJob> jobs,
+                                           const LogitRules& rules) {
+  const int32_t eot = model.vocabulary().eot;
+  std::vector<WindowResult> results;
+  for (GreedyOutcome& outcome : model.decode_greedy(jobs, rules.timestamps())) {
+    WindowResult result = finish(std::move(outcome.tokens), outcome.sum_logprob, eot);
+    result.no_speech_prob = outcome.no_speech_prob;
+    results.push_back(std::move(result));
+  }
+  return results;
+}
+
 }  // namespace
 
 Prompt make_prompt(const Vocabulary& vocabulary, int max_target_positions,
@@ -376,6 +389,13 @@ WindowResult decode_window(const Model& model, const std::shared_ptr<const Encod
   }
   if (options.beam_size < 1) fail("Whisper search: beam_size is ", options.beam_size);
   if (options.beam_size > 1) return beam_search(model, window, prompt, rules, options, limit);
+  // A model that decodes on the device searches greedily there, as a batch of one: its step
+  // replayed as a CUDA Graph, the rules and the argmax on the GPU. The session's search would
+  // bring every token's logits to the host (large-v3's 51,866 floats) and wait for them.
+  if (model.decodes_batches()) {
+    const GreedyJob job{window, prompt.tokens, prompt.sot_index, limit};
+    return std::move(greedy_on_device(model, std::span(&job, 1), rules)[0]);
+  }
   return greedy_or_sample(model, window, prompt, rules, options, limit);
 }
 
@@ -399,13 +419,7 @@ std::vector<WindowResult> decode_windows_greedy(
     jobs.push_back({windows[i], prompts[i].tokens, prompts[i].sot_index,
                     sample_limit(model, prompts[i], max_tokens)});
   }
-  const int32_t eot = model.vocabulary().eot;
-  for (GreedyOutcome& outcome : model.decode_greedy(jobs, rules.timestamps())) {
-    WindowResult result = finish(std::move(outcome.tokens), outcome.sum_logprob, eot);
-    result.no_speech_prob = outcome.no_speech_prob;
-    results.push_back(std::move(result));
-  }
-  return results;
+  return greedy_on_device(model, jobs, rules);
 }
 
 float compression_ratio(std::string_view text) {

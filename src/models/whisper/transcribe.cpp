@@ -470,8 +470,10 @@ Transcript transcribe_long_mel(const Model& model, const text::BpeTokenizer& tok
   int64_t seek = 0;
   while (seek < content_frames) {
     const int64_t segment_frames = std::min<int64_t>(window_frames, content_frames - seek);
+    const auto started = std::chrono::steady_clock::now();
     const std::shared_ptr<const EncodedWindow> window =
         encode_window(model, mel, seek, segment_frames);
+    const auto encoded = std::chrono::steady_clock::now();
     std::vector<int32_t> previous;
     if (options.carry_initial_prompt) {
       const size_t since = std::max(initial_prompt.size(), prompt_reset_since);
@@ -487,6 +489,11 @@ Transcript transcribe_long_mel(const Model& model, const text::BpeTokenizer& tok
     const Decoded decoded =
         decode_with_fallback(model, tokenizer, window, prompt, rules, options, max_tokens, random);
     const WindowResult& result = decoded.result;
+    log::info("window at ", static_cast<double>(seek) * kHopLength / kSampleRate, " s: encoded in ",
+              std::chrono::duration<double>(encoded - started).count(), " s, ",
+              result.tokens.size(), " tokens decoded in ",
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - encoded).count(),
+              " s");
 
     WindowReport report = report_of(prompt, decoded, seek, segment_frames, options);
     if (report.skipped) {

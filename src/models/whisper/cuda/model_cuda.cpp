@@ -404,18 +404,19 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
                                                       GreedyTiming* timing) const {
   const int batch = static_cast<int>(jobs.size());
   if (batch == 0) return {};
-  // The windows must be those of one encode_batch() call, in order: the step reads their
-  // cross-attention K/V at a fixed stride.
+  // The windows must follow each other in one encode_batch() call: the step reads their
+  // cross-attention K/V at a fixed stride from the first one's.
   auto first = ours(jobs[0].window);
-  if (first->index != 0 || first->batch->buffers.count != batch) {
-    fail("whisper: decode_greedy needs all windows of one encode_batch() call, in order");
+  const int first_window = first->index;
+  if (first_window + batch > first->batch->buffers.count) {
+    fail("whisper: decode_greedy needs consecutive windows of one encode_batch() call");
   }
   int steps = 0, longest_prompt = 0;
   for (int j = 0; j < batch; ++j) {
     const GreedyJob& job = jobs[j];
     auto window = ours(job.window);
-    if (window->batch != first->batch || window->index != j) {
-      fail("whisper: decode_greedy needs all windows of one encode_batch() call, in order");
+    if (window->batch != first->batch || window->index != first_window + j) {
+      fail("whisper: decode_greedy needs consecutive windows of one encode_batch() call");
     }
     const int prompt = static_cast<int>(job.prompt.size());
     // Each sampled token but the last is fed back (search.cpp: sample_limit).
@@ -481,7 +482,8 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
     }
     inputs.upload(ids, position_ids, std::vector<int32_t>(run, 0), stream);
     const CrossKv cross =
-        cuda::cross_kv_of(config_, weights_.element, encoded, first_job, /*per_sequence=*/true);
+        cuda::cross_kv_of(config_, weights_.element, encoded, first_window + first_job,
+                          /*per_sequence=*/true);
     cuda::decode_tokens(pass, config_, weights_, caches, first_job, run, prompt, 0,
                         inputs.ids.as<int32_t>(), inputs.position_ids.as<int32_t>(),
                         inputs.positions.as<int32_t>(), cross, scratch);
@@ -517,7 +519,7 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
   gpu::Buffer positions_dev = gpu::upload_vector<int32_t>(positions, stream);
   gpu::Buffer lengths_dev = gpu::upload_vector<int32_t>(lengths, stream);
   const int32_t* cross_lengths = cuda::frame_lengths(config_, batch, scratch, stream);
-  const CrossKv cross = cuda::cross_kv_of(config_, weights_.element, encoded, 0, true);
+  const CrossKv cross = cuda::cross_kv_of(config_, weights_.element, encoded, first_window, true);
   // What the step's attentions read: the lengths, 0 for the windows that are done.
   gpu::Buffer live_lengths(sizeof(int32_t) * batch), live_cross_lengths(sizeof(int32_t) * batch);
   const bool skip_finished = finished_windows_skipped();
