@@ -169,10 +169,9 @@ class Model {
   // their order, as one batch on the device, under Whisper's logit rules (timestamp rules when
   // `timestamps`). Gives for each what the host-driven greedy search over a DecoderSession gives.
   // The batch steps until its longest window is done; a window that is done costs the steps that
-  // follow little more than its rows of the products. `exact_lengths`: each window samples exactly
-  // its job's limit,
-  // <|endoftext|> ending none (benchmarks with random weights). Only models with
-  // decodes_batches(); the others throw.
+  // follow little more than its rows of the products. `exact_lengths`: each window samples
+  // exactly its job's limit, <|endoftext|> ending none (benchmarks with random weights). Only
+  // models with decodes_batches(); the others throw.
   virtual bool decodes_batches() const { return false; }
 
   virtual std::vector<GreedyOutcome> decode_greedy(std::span<const GreedyJob> jobs, bool timestamps,
