@@ -278,11 +278,11 @@ void CudaMelSpectrogram::compute(std::span<const std::span<const float>> utteran
       const int64_t count = std::min(chunk, product_rows - row0);
       gpu::mel_frames(signal, utterance_table, batch, out.padded_frames, framing_, row0, count,
                       frames_.as<float>(), stream);
-      gemm_.linear(gpu::Element::f32, frames_.data(), count, framing_.width, basis_.data(),
-                   2 * bins_, nullptr, nullptr, gpu::Element::f32, spectrum_.data(), stream);
+      gpu::mel_product(frames_.as<const float>(), count, framing_.width, basis_.as<const float>(),
+                       2 * bins_, spectrum_.as<float>(), stream);
       gpu::mel_power(spectrum_.as<float>(), count, bins_, exponent, power_.as<float>(), stream);
-      gemm_.linear(gpu::Element::f32, power_.data(), count, bins_, filters_.data(), mels, nullptr,
-                   nullptr, gpu::Element::f32, values + row0 * mels, stream);
+      gpu::mel_product(power_.as<const float>(), count, bins_, filters_.as<const float>(), mels,
+                       values + row0 * mels, stream);
     }
     gpu::mel_log(values, utterance_table, batch, out.padded_frames, mels, log, log_floor, log_guard,
                  stream);

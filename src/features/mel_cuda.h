@@ -11,7 +11,7 @@
 //     holds the window -> |X|^power -> mel filters: an F32 product -> log
 //   -> normalisation
 // Only the bins some filter uses (and, for the product, the window's non-zero part) enter the
-// sums. They run in full F32 (the products in cuBLASLt, no TF32) where the CPU runs in double: the
+// sums. They run in full F32 (mel_product: no TF32, no cuBLASLt) where the CPU runs in double: the
 // features agree with MelSpectrogram::compute to F32 rounding of the spectrum
 // (tests/unit/mel_cuda_test.cpp).
 // Included only by code built with CUDA.
@@ -22,7 +22,6 @@
 #include <vector>
 
 #include "compute/cuda/device.h"
-#include "compute/cuda/gemm.h"
 #include "compute/cuda/kernels_mel.h"
 #include "compute/cuda/profile.h"
 #include "features/mel.h"
@@ -75,7 +74,6 @@ class CudaMelSpectrogram {
 
  private:
   MelSpectrogram mel_;
-  compute::cuda::Gemm gemm_;
   compute::cuda::MelFraming framing_;
   bool fft_ = false;
   int first_bin_ = 0;  // the first FFT bin any filter uses

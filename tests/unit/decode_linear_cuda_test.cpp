@@ -312,6 +312,8 @@ TEST(DecodeLinearCuda, MatchesCpuAcrossShapes) {
       {1, 1280, 51866, true, false, false, none},   // logits
       {3, 1280, 51866, false, false, false, none},  //
       {1, 5120, 1280, false, true, false, y},       // fc2
+      {1, 1280, 5120, true, true, true, none},      // fc1, batch 1
+      {6, 1280, 2000, true, false, false, y},       //
       {16, 5120, 1280, false, true, false, y},      // fc2, full batch (F32: two launches)
       {16, 1280, 5120, true, true, true, none},     // fc1, full batch
       {3, 5120, 1280, true, true, true, separate},  //

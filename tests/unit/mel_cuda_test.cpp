@@ -549,6 +549,47 @@ TEST(MelCudaKernels, PowerSpectrumMatchesADoubleDft) {
   for (const FftCase& c : cases) expect_power_spectrum_matches_dft(c);
 }
 
+// The front end's products against sums in double: every tile edge (rows, columns and depth
+// that are not multiples of the kernel's 64 × 64 tiles and 16-deep steps), Whisper's DFT
+// (400 deep, 402 columns) and filters (201 deep, 128 columns), and a single value. F32 sums
+// of n terms are within a few n ulps of Σ|a · b|; 1e-5 of it is far above that and far below
+// any wrong or missing term.
+TEST(MelCudaKernels, ProductMatchesADoubleSum) {
+  if (!gpu::available()) GTEST_SKIP() << "no GPU: " << gpu::describe();
+  gpu::require_device();
+  std::mt19937 random(5);
+  std::uniform_real_distribution<float> values(-1.0f, 1.0f);
+  for (auto [rows, depth, cols] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1},
+                                   {3000, 400, 402},
+                                   {130, 201, 128},
+                                   {65, 17, 3},
+                                   {64, 16, 64},
+                                   {2, 1000, 65}}) {
+    SCOPED_TRACE(std::to_string(rows) + " × " + std::to_string(depth) + " · " +
+                 std::to_string(depth) + " × " + std::to_string(cols));
+    std::vector<float> a(static_cast<size_t>(rows * depth)), b(static_cast<size_t>(cols * depth));
+    for (float& v : a) v = values(random);
+    for (float& v : b) v = values(random);
+    const gpu::Buffer a_dev = gpu::upload_vector(a), b_dev = gpu::upload_vector(b);
+    gpu::Buffer out_dev(static_cast<size_t>(rows * cols) * sizeof(float));
+    gpu::mel_product(a_dev.as<const float>(), rows, depth, b_dev.as<const float>(), cols,
+                     out_dev.as<float>(), nullptr);
+    std::vector<float> out(static_cast<size_t>(rows * cols));
+    gpu::download(out_dev.data(), out.size() * sizeof(float), out.data());
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        double sum = 0.0, magnitude = 0.0;
+        for (int64_t k = 0; k < depth; ++k) {
+          const double term = static_cast<double>(a[i * depth + k]) * b[j * depth + k];
+          sum += term;
+          magnitude += std::abs(term);
+        }
+        ASSERT_NEAR(out[i * cols + j], sum, 1e-5 * magnitude) << "row " << i << ", column " << j;
+      }
+    }
+  }
+}
+
 TEST(MelCudaKernels, FftTakesPowersOfTwoFrom16To4096) {
   for (int n : {16, 32, 256, 512, 1024, 4096}) EXPECT_TRUE(gpu::mel_fft_supported(n)) << n;
   for (int n : {0, 1, 2, 8, 400, 500, 513, 8192}) EXPECT_FALSE(gpu::mel_fft_supported(n)) << n;

@@ -440,6 +440,80 @@ void mel_frames(const float* signal, const MelUtterance* utterances, int batch,
   check_launch("mel_frames");
 }
 
+namespace {
+
+// mel_product: a block computes a tile of kProductTile × kProductTile outputs, each of its 256
+// threads 4 × 4 of them, over steps of kProductStep values of k staged in shared memory (both
+// operands k-major there, so that a thread's 4 rows and 4 columns are consecutive).
+constexpr int kProductTile = 64, kProductStep = 16, kProductThreads = 256;
+constexpr int kProductPerThread = 4;  // rows and columns a thread computes
+static_assert(kProductTile / kProductPerThread * kProductTile / kProductPerThread ==
+                  kProductThreads,
+              "a thread per 4 × 4 outputs");
+
+__global__ void __launch_bounds__(kProductThreads)
+    mel_product_kernel(const float* a, int64_t rows, int64_t depth, const float* b, int64_t cols,
+                       float* out) {
+  __shared__ float a_tile[kProductStep][kProductTile + 4];
+  __shared__ float b_tile[kProductStep][kProductTile + 4];
+  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kProductTile;
+  const int64_t col0 = static_cast<int64_t>(blockIdx.y) * kProductTile;
+  const int across = kProductTile / kProductPerThread;
+  const int my_rows = threadIdx.x / across * kProductPerThread;
+  const int my_cols = threadIdx.x % across * kProductPerThread;
+  float sums[kProductPerThread][kProductPerThread] = {};
+  for (int64_t k0 = 0; k0 < depth; k0 += kProductStep) {
+    // Consecutive threads read consecutive k of a row: 64-byte runs.
+    for (int e = threadIdx.x; e < kProductTile * kProductStep; e += kProductThreads) {
+      const int r = e / kProductStep, kk = e % kProductStep;
+      const int64_t k = k0 + kk;
+      const int64_t row = row0 + r, col = col0 + r;
+      a_tile[kk][r] = row < rows && k < depth ? a[row * depth + k] : 0.0f;
+      b_tile[kk][r] = col < cols && k < depth ? b[col * depth + k] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int kk = 0; kk < kProductStep; ++kk) {
+      float as[kProductPerThread], bs[kProductPerThread];
+#pragma unroll
+      for (int i = 0; i < kProductPerThread; ++i) {
+        as[i] = a_tile[kk][my_rows + i];
+        bs[i] = b_tile[kk][my_cols + i];
+      }
+#pragma unroll
+      for (int i = 0; i < kProductPerThread; ++i) {
+#pragma unroll
+        for (int j = 0; j < kProductPerThread; ++j) sums[i][j] = fmaf(as[i], bs[j], sums[i][j]);
+      }
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < kProductPerThread; ++i) {
+    const int64_t row = row0 + my_rows + i;
+    if (row >= rows) break;
+#pragma unroll
+    for (int j = 0; j < kProductPerThread; ++j) {
+      const int64_t col = col0 + my_cols + j;
+      if (col < cols) out[row * cols + col] = sums[i][j];
+    }
+  }
+}
+
+}  // namespace
+
+void mel_product(const float* a, int64_t rows, int64_t depth, const float* b, int64_t cols,
+                 float* out, cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  const int64_t row_tiles = ceil_div(rows, kProductTile), col_tiles = ceil_div(cols, kProductTile);
+  if (row_tiles > INT32_MAX || col_tiles > 65535) {
+    fail("mel_product: ", rows, " × ", cols, " outputs are too many for one launch");
+  }
+  mel_product_kernel<<<dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(col_tiles)),
+                       kProductThreads, 0, stream>>>(a, rows, depth, b, cols, out);
+  check_launch("mel_product");
+}
+
 void mel_power(const float* spectrum, int64_t rows, int64_t bins, float exponent, float* power,
                cudaStream_t stream) {
   if (rows <= 0 || bins <= 0) return;

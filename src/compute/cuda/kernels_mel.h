@@ -1,7 +1,7 @@
 // The kernels of the log-mel front end on the GPU (features/mel_cuda.h), beside the shared ones in
 // kernels.h and under the same rules: every pointer is device memory, every launch is
 // asynchronous on `stream`, nothing synchronises with the host or allocates. All values are F32.
-// The front end's products (the DFT for most n_fft, the mel filters) are Gemm calls, not kernels.
+// The front end's products (the DFT for most n_fft, the mel filters) are mel_product's.
 //
 // For an n_fft that is a power of two, mel_power_spectrum replaces the framing, the DFT product and
 // mel_power with one kernel: an F32 FFT per frame in shared memory; mel_fft_log_energies replaces
@@ -55,6 +55,15 @@ void mel_frames(const float* signal, const MelUtterance* utterances, int batch,
 // spectrum [rows, 2 · bins] and power [rows, bins].
 void mel_power(const float* spectrum, int64_t rows, int64_t bins, float exponent, float* power,
                cudaStream_t stream);
+
+// out[i, j] = Σ_k a[i, k] · b[j, k] for a [rows, depth], b [cols, depth] and out [rows, cols],
+// row-major, in F32 (no TF32), each sum taken over k in order: the front end's DFT and filter
+// products. A plain tiled kernel rather than cuBLASLt: a process's first F32 cuBLASLt product
+// costs about 0.11 s (bench/RESULTS.md, twentieth session), which a short file would wait for
+// before its first window, while these products, a few hundred columns deep and wide, are a
+// small part of the front end's time either way.
+void mel_product(const float* a, int64_t rows, int64_t depth, const float* b, int64_t cols,
+                 float* out, cudaStream_t stream);
 
 // Whether mel_power_spectrum takes this n_fft: a power of two from 16 to 4096 (a frame's FFT
 // and its scratch fit one block's shared memory).
