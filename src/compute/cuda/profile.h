@@ -7,17 +7,22 @@
 // them eagerly while profiling. A stage's time is the GPU's, from its mark to the next, idle
 // time included: stages of small kernels, which the GPU runs faster than the host queues them,
 // read long (a Whisper decode step's stages add up to more than its replayed graph takes).
+// HARK_CUDA_PROFILE=host times the stages on the host's clock instead, each mark first waiting
+// for the stream: a stage then also counts what the host spent on it (allocations, a library's
+// first use, capturing a graph), at the price of the overlap between the host and the GPU.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
-#include <utility>
+#include <chrono>
 #include <vector>
 
 namespace hark::compute::cuda {
 
 // Whether HARK_CUDA_PROFILE is set (to anything but "0").
 bool profiling();
+// Whether it is "host".
+bool profiling_on_host();
 
 class StageClock {
  public:
@@ -37,9 +42,15 @@ class StageClock {
  private:
   void record(const char* stage);
 
+  struct Mark {
+    const char* stage = nullptr;
+    cudaEvent_t event = nullptr;  // null when timed on the host
+    std::chrono::steady_clock::time_point host;
+  };
   bool enabled_;
+  bool on_host_;
   cudaStream_t stream_;
-  std::vector<std::pair<const char*, cudaEvent_t>> marks_;
+  std::vector<Mark> marks_;
 };
 
 }  // namespace hark::compute::cuda

@@ -45,7 +45,16 @@ bool profiling() {
   return on;
 }
 
-StageClock::StageClock(cudaStream_t stream) : enabled_(profiling()), stream_(stream) {}
+bool profiling_on_host() {
+  static const bool on = [] {
+    const char* value = std::getenv("HARK_CUDA_PROFILE");
+    return value != nullptr && std::strcmp(value, "host") == 0;
+  }();
+  return on;
+}
+
+StageClock::StageClock(cudaStream_t stream)
+    : enabled_(profiling()), on_host_(profiling_on_host()), stream_(stream) {}
 
 StageClock::~StageClock() {
   if (marks_.empty()) return;
@@ -60,22 +69,34 @@ void StageClock::record(const char* stage) {
   cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream_, &capturing), "profile");
   if (capturing != cudaStreamCaptureStatusNone) return;
+  if (on_host_) {
+    check(cudaStreamSynchronize(stream_), "profile");
+    marks_.push_back({stage, nullptr, std::chrono::steady_clock::now()});
+    return;
+  }
   cudaEvent_t event = nullptr;
   check(cudaEventCreate(&event), "profile event");
   check(cudaEventRecord(event, stream_), "profile event");
-  marks_.emplace_back(stage, event);
+  marks_.push_back({stage, event, {}});
 }
 
 void StageClock::finish() {
   if (marks_.empty()) return;
   record(nullptr);  // the end of the last stage
-  check(cudaEventSynchronize(marks_.back().second), "profile");
+  if (!on_host_) check(cudaEventSynchronize(marks_.back().event), "profile");
   for (size_t i = 0; i + 1 < marks_.size(); ++i) {
     float milliseconds = 0;
-    check(cudaEventElapsedTime(&milliseconds, marks_[i].second, marks_[i + 1].second), "profile");
-    add(marks_[i].first, milliseconds);
+    if (on_host_) {
+      milliseconds =
+          std::chrono::duration<float, std::milli>(marks_[i + 1].host - marks_[i].host).count();
+    } else {
+      check(cudaEventElapsedTime(&milliseconds, marks_[i].event, marks_[i + 1].event), "profile");
+    }
+    add(marks_[i].stage, milliseconds);
   }
-  for (auto& [stage, event] : marks_) cudaEventDestroy(event);
+  for (const Mark& mark : marks_) {
+    if (mark.event != nullptr) cudaEventDestroy(mark.event);
+  }
   marks_.clear();
 }
 
@@ -92,7 +113,9 @@ std::string profile_report() {
   std::ostringstream out;
   out.setf(std::ios::fixed);
   out.precision(3);
-  out << "GPU time by stage (HARK_CUDA_PROFILE; marks add a little time of their own):\n";
+  out << (profiling_on_host()
+              ? "Host time by stage (HARK_CUDA_PROFILE=host: each mark waits for the GPU):\n"
+              : "GPU time by stage (HARK_CUDA_PROFILE; marks add a little time of their own):\n");
   for (const StageTotal& total : table) {
     out << "  " << total.stage << ": " << total.milliseconds << " ms over " << total.calls
         << " calls, " << (all > 0 ? 100.0 * total.milliseconds / all : 0.0) << "%\n";

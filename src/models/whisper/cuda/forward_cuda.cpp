@@ -114,7 +114,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Encod
     const size_t mel_bytes = sizeof(float) * count * n_mels * in_frames;
     s.mel.reserve(mel_bytes);
     s.staging.upload_from(input.host_mel, mel_bytes, s.mel.data(), pass.stream());
-    pass.mark("encoder convolutions");
+    pass.mark("encoder conv1");
     gpu::mel_to_time_major(s.mel.as<float>(), count, n_mels, in_frames, e, s.time_major.data(),
                            pass.stream());
   } else {
@@ -124,7 +124,7 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Encod
     gpu::upload(input.cuts, cut_bytes, s.cuts.data(), pass.stream());
     gpu::mel_windows_to_time_major(s.cuts.as<const gpu::MelWindowCut>(), count, in_frames, n_mels,
                                    e, s.time_major.data(), pass.stream());
-    pass.mark("encoder convolutions");
+    pass.mark("encoder conv1");
   }
 
   // conv1 (stride 1) and conv2 (stride 2), each as an unfold and one product, then GELU.
@@ -134,12 +134,14 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Encod
   s.conv1.reserve(pass.bytes(count * in_frames * d));
   pass.linear(s.unfolded.data(), count * in_frames, w.conv1, s.conv1.data());
   pass.gelu(s.conv1.data(), count * in_frames, d);
+  pass.mark("encoder conv2");
   gpu::im2col_1d(e, s.conv1.data(), count, in_frames, d, 3, 2, 1, s.unfolded.data(), pass.stream());
   s.x.reserve(pass.bytes(rows * d));
   pass.linear(s.unfolded.data(), rows, w.conv2, s.x.data());
   pass.gelu(s.x.data(), rows, d);
   gpu::add_rows(e, s.x.data(), w.encoder_positions.data(), count, frames, d, pass.stream());
 
+  pass.mark("encoder: scratch for the layers");
   s.h.reserve(pass.bytes(rows * d));
   s.qkv.reserve(pass.bytes(rows * 3 * d));
   s.context.reserve(pass.bytes(rows * d));
@@ -284,6 +286,7 @@ void reserve_decoder(gpu::Pass& pass, const Config& config, int64_t rows, int64_
                      DecoderBuffers& s) {
   const int64_t d = config.d_model;
   s.x.reserve(pass.bytes(rows * d));
+  pass.mark("encoder: scratch for the layers");
   s.h.reserve(pass.bytes(rows * d));
   s.qkv.reserve(pass.bytes(rows * 3 * d));
   s.context.reserve(pass.bytes(rows * d));
