@@ -286,7 +286,6 @@ void reserve_decoder(gpu::Pass& pass, const Config& config, int64_t rows, int64_
                      DecoderBuffers& s) {
   const int64_t d = config.d_model;
   s.x.reserve(pass.bytes(rows * d));
-  pass.mark("encoder: scratch for the layers");
   s.h.reserve(pass.bytes(rows * d));
   s.qkv.reserve(pass.bytes(rows * 3 * d));
   s.context.reserve(pass.bytes(rows * d));
