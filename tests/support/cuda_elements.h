@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/pass.h"
 #include "format/dtype.h"
 #include "format/quant.h"
 
@@ -34,6 +35,25 @@ inline std::vector<float> decode(Element e, const std::vector<uint8_t>& bytes) {
 // The values rounded to element type e, as floats.
 inline std::vector<float> rounded(Element e, const std::vector<float>& values) {
   return decode(e, encode(e, values));
+}
+
+// `values` [rows, cols] quantised to Q8_0: its bytes in the device layout (kernels.h), and the
+// values the blocks stand for (d · q in F32).
+struct Q8Matrix {
+  std::vector<uint8_t> device_bytes;
+  std::vector<float> values;
+};
+
+inline Q8Matrix q8_0_matrix(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  const std::vector<uint8_t> blocks = quant::from_f32(DType::Q8_0, values.data(), values.size());
+  Q8Matrix m;
+  m.values.resize(values.size());
+  quant::to_f32(DType::Q8_0, blocks.data(), m.values.data(), m.values.size());
+  m.device_bytes.resize(blocks.size());
+  q8_0_to_device_layout(
+      blocks.data(), rows, cols, reinterpret_cast<int8_t*>(m.device_bytes.data()),
+      reinterpret_cast<uint16_t*>(m.device_bytes.data() + q8_0_scales_offset(rows, cols)));
+  return m;
 }
 
 }  // namespace hark::compute::cuda::testing

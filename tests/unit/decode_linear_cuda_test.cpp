@@ -3,7 +3,8 @@
 // products (k 1280 and 5120, n up to the 51866-token vocabulary), odd ones (k 200, n 1, 3, 130),
 // every batch bucket and batches that take several launches; options in every combination; the
 // K/V scatter at a different position per sequence, cache rows elsewhere untouched; and a capture
-// into a CUDA Graph replayed at new positions.
+// into a CUDA Graph replayed at new positions; Q8_0 weights (device layout) in F16 and BF16, whose
+// values the reference takes as the kernel must multiply them: d · q rounded to the element type.
 //
 // Tolerances, per output: F32 accumulation error, at most `accumulation` · Σ_k |h_k · W_nk| (1e-5
 // for F32; 1e-4 for tensor cores, whose F32 accumulation may truncate), plus the one rounding of
@@ -107,9 +108,10 @@ struct Case {
   bool f32_out = false;       // decode_linear_f32_out: the sums stored as F32 (norm only)
 };
 
-std::string describe(Element e, const Case& c) {
-  std::string s = std::string(element_name(e)) + " batch " + std::to_string(c.batch) + " k " +
-                  std::to_string(c.k_in) + " n " + std::to_string(c.n_out);
+std::string describe(Element e, const Case& c, bool q8_0) {
+  std::string s = std::string(element_name(e)) + (q8_0 ? " q8_0" : "") + " batch " +
+                  std::to_string(c.batch) + " k " + std::to_string(c.k_in) + " n " +
+                  std::to_string(c.n_out);
   if (c.norm) s += " norm";
   if (c.bias) s += " bias";
   if (c.gelu) s += " gelu";
@@ -128,6 +130,7 @@ double gelu_erf(double value) {
 struct Problem {
   Element e = Element::f32;
   Case c;
+  bool q8_0 = false;  // w holds Q8_0 bytes in the device layout
   DeviceValues x, w, gamma, beta, bias, residual, k_cache, v_cache;
   Buffer y;  // unused when the residual is y
   Buffer positions;
@@ -144,14 +147,23 @@ std::vector<int32_t> spread_positions(int batch, int64_t capacity, int shift) {
   return positions;
 }
 
-Problem make_problem(Element e, const Case& c) {
+Problem make_problem(Element e, const Case& c, bool q8_0 = false) {
   Problem p;
   p.e = e;
   p.c = c;
+  p.q8_0 = q8_0;
   const int64_t batch = c.batch, k = c.k_in, n = c.n_out;
   // Rows with an offset and a spread, as the residual stream a norm sees.
   p.x = upload_values(e, random_values(batch * k, 11, c.norm ? 0.5f : 0.0f, c.norm ? 2.0f : 1.0f));
-  p.w = upload_values(e, random_values(n * k, 12, 0.0f, 0.05f));
+  const std::vector<float> weights = random_values(n * k, 12, 0.0f, 0.05f);
+  if (q8_0) {
+    const Q8Matrix w = q8_0_matrix(weights, n, k);
+    Buffer buffer(w.device_bytes.size());
+    upload(w.device_bytes.data(), w.device_bytes.size(), buffer.data());
+    p.w = {std::move(buffer), rounded(e, w.values)};
+  } else {
+    p.w = upload_values(e, weights);
+  }
   p.gamma = upload_values(e, random_values(k, 13, 1.0f, 0.3f));
   p.beta = upload_values(e, random_values(k, 14, 0.0f, 0.2f));
   p.bias = upload_values(e, random_values(n, 15, 0.0f, 0.1f));
@@ -174,12 +186,12 @@ void run(const Problem& p, cudaStream_t stream) {
   const KvScatter scatter{p.k_cache.data(), p.v_cache.data(), p.cache_batch_stride,
                           p.positions.as<int32_t>(), c.scatter_width};
   if (c.f32_out) {
-    decode_linear_f32_out(p.e, p.x.data(), c.batch, c.k_in, c.norm ? &norm : nullptr, p.w.data(),
-                          c.n_out, p.y.as<float>(), stream);
+    decode_linear_f32_out(p.e, p.x.data(), c.batch, c.k_in, c.norm ? &norm : nullptr,
+                          {p.w.data(), p.q8_0}, c.n_out, p.y.as<float>(), stream);
     return;
   }
-  decode_linear(p.e, p.x.data(), c.batch, c.k_in, c.norm ? &norm : nullptr, p.w.data(), c.n_out,
-                c.bias ? p.bias.data() : nullptr, c.gelu,
+  decode_linear(p.e, p.x.data(), c.batch, c.k_in, c.norm ? &norm : nullptr, {p.w.data(), p.q8_0},
+                c.n_out, c.bias ? p.bias.data() : nullptr, c.gelu,
                 c.residual != Residual::none ? p.residual.data() : nullptr, p.out(),
                 c.scatter_width > 0 ? &scatter : nullptr, stream);
 }
@@ -293,9 +305,9 @@ void check_outputs(const Problem& p, const std::vector<std::vector<int32_t>>& wr
   }
 }
 
-void check_case(Element e, const Case& c) {
-  SCOPED_TRACE(describe(e, c));
-  const Problem p = make_problem(e, c);
+void check_case(Element e, const Case& c, bool q8_0 = false) {
+  SCOPED_TRACE(describe(e, c, q8_0));
+  const Problem p = make_problem(e, c, q8_0);
   run(p, nullptr);
   check_outputs(p, {spread_positions(c.batch, p.capacity == 0 ? 1 : p.capacity, 0)});
 }
@@ -391,6 +403,34 @@ TEST(DecodeLinearCuda, ScattersKeysAndValues) {
   }
 }
 
+// Q8_0 weights: Whisper's decode products, the logits, the K/V scatter and odd sizes, for both
+// 16-bit types (every k a whole number of blocks; 96 and 160 are not whole chunks of 64).
+TEST(DecodeLinearCuda, Q8_0Weights) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  const Residual none = Residual::none, separate = Residual::separate, y = Residual::in_place;
+  // {batch, k_in, n_out, norm, bias, gelu, residual, width, f32 out}
+  const Case cases[] = {
+      {1, 1280, 3 * 1280, true, true, false, none, 1280},   // QKV with the scatter
+      {1, 1280, 1280, false, true, false, y},               // self-attention output
+      {1, 1280, 1280, true, true, false, none},             // cross-attention query
+      {1, 1280, 5120, true, true, true, none},              // fc1
+      {1, 5120, 1280, false, true, false, y},               // fc2
+      {1, 1280, 51866, true, false, false, none, 0, true},  // logits
+      {5, 1280, 5120, true, true, true, separate},          //
+      {8, 5120, 1280, false, true, false, y},               //
+      {16, 1280, 51866, true, false, false, none, 0, true},
+      {16, 5120, 1280, false, true, false, y},    //
+      {12, 96, 130, true, true, true, separate},  //
+      {3, 160, 3 * 40, true, false, false, none, 40},
+      {20, 32, 7, false, true, false, y},  // two launches
+      {1, 32, 1, false, false, false, none},
+  };
+  for (Element e : {Element::f16, Element::bf16}) {
+    for (const Case& c : cases) check_case(e, c, /*q8_0=*/true);
+  }
+}
+
 // Positions are read on the device: a captured launch replayed after they change writes the new
 // rows (and leaves the first ones as they were).
 TEST(DecodeLinearCuda, ReplaysFromAGraphAtNewPositions) {
@@ -437,7 +477,7 @@ TEST(DecodeLinearCuda, RejectsWhatItDoesNotSupport) {
                           p.positions.as<int32_t>(), 8};
   auto call = [&](const void* x_at, int64_t k_in, const DecodeNorm* n, int64_t n_out,
                   const void* residual, const KvScatter* s) {
-    decode_linear(e, x_at, 2, k_in, n, p.w.data(), n_out, nullptr, false, residual, p.y.data(), s,
+    decode_linear(e, x_at, 2, k_in, n, {p.w.data()}, n_out, nullptr, false, residual, p.y.data(), s,
                   nullptr);
   };
   EXPECT_THROW(call(x, 60, &norm, 24, nullptr, &scatter), Error);      // k not a multiple of 8
@@ -445,6 +485,13 @@ TEST(DecodeLinearCuda, RejectsWhatItDoesNotSupport) {
   EXPECT_THROW(call(x, 64, &shifted_norm, 24, nullptr, &scatter), Error);
   EXPECT_THROW(call(x, 64, &norm, 23, nullptr, &scatter), Error);  // n_out ≠ 3 · width
   EXPECT_THROW(call(x, 64, &norm, 24, p.residual.data(), &scatter), Error);
+  // Q8_0 weights need whole blocks of 32 and a 16-bit element type.
+  EXPECT_THROW(decode_linear(e, x, 2, 40, nullptr, {p.w.data(), true}, 8, nullptr, false, nullptr,
+                             p.y.data(), nullptr, nullptr),
+               Error);
+  EXPECT_THROW(decode_linear(Element::f32, x, 2, 64, nullptr, {p.w.data(), true}, 8, nullptr, false,
+                             nullptr, p.y.data(), nullptr, nullptr),
+               Error);
   check(cudaDeviceSynchronize(), "synchronize");  // nothing was launched
 }
 

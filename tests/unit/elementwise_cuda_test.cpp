@@ -1,7 +1,7 @@
 // The CUDA elementwise kernels (kernels_elementwise.cu) against plain CPU references computed in
 // double from the values the GPU really holds (after rounding to the element type). Shapes are
-// chosen to hit every launch path: odd sizes that rule out vector loads, misaligned pointers,
-// rows too long for registers, and batches past the Q8_0 matrix-vector kernel's buckets.
+// chosen to hit every launch path: odd sizes that rule out vector loads, misaligned pointers and
+// rows too long for registers.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -225,11 +225,9 @@ TEST(ElementwiseCuda, EmbedMatchesCpu) {
         DeviceBytes tokens;
         std::vector<float> token_table;
         if (q8_0) {
-          const std::vector<uint8_t> blocks =
-              quant::from_f32(DType::Q8_0, token_values.data(), token_values.size());
-          token_table.resize(token_values.size());
-          quant::to_f32(DType::Q8_0, blocks.data(), token_table.data(), token_table.size());
-          tokens = upload_bytes(blocks);
+          const Q8Matrix table = q8_0_matrix(token_values, vocab, cols);
+          token_table = table.values;
+          tokens = upload_bytes(table.device_bytes);
         } else {
           DeviceValues uploaded = upload_values(e, token_values);
           token_table = uploaded.values;
@@ -238,7 +236,10 @@ TEST(ElementwiseCuda, EmbedMatchesCpu) {
         const DeviceValues positions =
             upload_values(e, random_values(contexts * cols, 12, 0.0f, 0.3f));
         const DeviceBytes y = output_buffer(e, n * cols);
-        embed(e, tokens.data(), q8_0, positions.data(), device_ids.as<int32_t>(),
+        const void* scales =
+            q8_0 ? static_cast<const uint8_t*>(tokens.data()) + q8_0_scales_offset(vocab, cols)
+                 : nullptr;
+        embed(e, tokens.data(), scales, positions.data(), device_ids.as<int32_t>(),
               device_position_ids.as<int32_t>(), n, cols, y.data(), nullptr);
         std::vector<double> want(n * cols);
         for (int64_t i = 0; i < n; ++i) {
@@ -346,123 +347,13 @@ TEST(ElementwiseCuda, DequantizeQ8_0MatchesCpu) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   const int64_t rows = 5, cols = 96;
-  const std::vector<float> values = random_values(rows * cols, 16, 0.0f, 0.7f);
-  const std::vector<uint8_t> blocks = quant::from_f32(DType::Q8_0, values.data(), values.size());
-  std::vector<float> expanded(values.size());
-  quant::to_f32(DType::Q8_0, blocks.data(), expanded.data(), expanded.size());
-  const DeviceBytes device_blocks = upload_bytes(blocks);
+  const Q8Matrix w = q8_0_matrix(random_values(rows * cols, 16, 0.0f, 0.7f), rows, cols);
+  const DeviceBytes device_w = upload_bytes(w.device_bytes);
   for (Element e : kElements) {
     const DeviceBytes out = output_buffer(e, rows * cols);
-    dequantize_q8_0(device_blocks.data(), rows, cols, e, out.data(), nullptr);
-    expect_equal(download_values(e, out.data(), rows * cols), rounded(e, expanded),
+    dequantize_q8_0(device_w.data(), rows, cols, e, out.data(), nullptr);
+    expect_equal(download_values(e, out.data(), rows * cols), rounded(e, w.values),
                  element_name(e));
-  }
-}
-
-// ---- gemv_q8_0 --------------------------------------------------------------------------------
-
-struct GemvCase {
-  int64_t batch, k_in, n_out;
-  bool bias = true, residual = true;
-  size_t w_offset = 0;         // bytes past an aligned start
-  size_t x_offset = 0;         // elements past an aligned start
-  bool residual_is_y = false;  // residual and y the same buffer
-};
-
-void check_gemv(Element e, const GemvCase& c) {
-  const std::string what = std::string(element_name(e)) + " batch " + std::to_string(c.batch) +
-                           " k " + std::to_string(c.k_in) + " n " + std::to_string(c.n_out) +
-                           (c.bias ? " bias" : "") + (c.residual ? " residual" : "") +
-                           (c.residual_is_y ? " in place" : "") + " w+" +
-                           std::to_string(c.w_offset) + " x+" + std::to_string(c.x_offset);
-  SCOPED_TRACE(what);
-  const std::vector<float> weights = random_values(c.n_out * c.k_in, 17, 0.0f, 0.05f);
-  const std::vector<uint8_t> blocks = quant::from_f32(DType::Q8_0, weights.data(), weights.size());
-  std::vector<float> w(weights.size());
-  quant::to_f32(DType::Q8_0, blocks.data(), w.data(), w.size());
-  const DeviceBytes device_w = upload_bytes(blocks, c.w_offset);
-  const DeviceValues x = upload_values(e, random_values(c.batch * c.k_in, 18, 0.0f, 1.0f),
-                                       c.x_offset * element_size(e));
-  const DeviceValues bias = upload_values(e, random_values(c.n_out, 19, 0.0f, 0.1f));
-  const DeviceValues residual = upload_values(e, random_values(c.batch * c.n_out, 20, 0.0f, 1.0f));
-  const DeviceBytes y = output_buffer(e, c.batch * c.n_out);
-  void* out = c.residual_is_y ? residual.data() : y.data();
-
-  gemv_q8_0(e, x.data(), c.batch, c.k_in, device_w.data(), c.n_out, c.bias ? bias.data() : nullptr,
-            c.residual ? residual.data() : nullptr, out, nullptr);
-
-  std::vector<double> want(c.batch * c.n_out), scale(c.batch * c.n_out);
-  for (int64_t b = 0; b < c.batch; ++b) {
-    for (int64_t n = 0; n < c.n_out; ++n) {
-      double sum = 0, magnitude = 0;
-      for (int64_t k = 0; k < c.k_in; ++k) {
-        const double term = static_cast<double>(x.values[b * c.k_in + k]) * w[n * c.k_in + k];
-        sum += term;
-        magnitude += std::abs(term);
-      }
-      if (c.bias) sum += bias.values[n];
-      if (c.residual) sum += residual.values[b * c.n_out + n];
-      want[b * c.n_out + n] = sum;
-      scale[b * c.n_out + n] = magnitude + 1;
-    }
-  }
-  const std::vector<float> got = download_values(e, out, c.batch * c.n_out);
-  // F32 accumulation error grows with the sum of |terms|; then one rounding to the element type.
-  int failures = 0;
-  for (size_t i = 0; i < got.size() && failures < 10; ++i) {
-    const double allowed = 1e-5 * scale[i] + 1.01 * rounding(e) * std::abs(want[i]);
-    if (!(std::abs(got[i] - want[i]) <= allowed)) {
-      ADD_FAILURE() << "y[" << i / c.n_out << ", " << i % c.n_out << "] is " << got[i] << ", want "
-                    << want[i];
-      ++failures;
-    }
-  }
-}
-
-TEST(ElementwiseCuda, GemvQ8_0MatchesCpu) {
-  if (!hark::compute::cuda::available())
-    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  // Every batch bucket (1, 2, 4, 8, 16) and past it (17, 33: several launches); k with 16-byte
-  // aligned rows (k/32 a multiple of 8) and without (32, 96, 384), with partial and several
-  // tiles (k 5120 is 160 blocks: ten tiles over four warps); n_out odd and not a multiple of the
-  // rows per block.
-  const GemvCase cases[] = {
-      {1, 1280, 130}, {2, 384, 7},   {3, 1280, 33},  {4, 256, 2},  {5, 96, 9},
-      {8, 2048, 17},  {13, 32, 5},   {16, 1280, 40}, {17, 512, 3}, {33, 256, 5},
-      {1, 5120, 64},  {16, 5120, 9}, {6, 768, 1},    {1, 32, 1},   {2, 1536, 258},
-  };
-  for (Element e : kElements) {
-    for (const GemvCase& c : cases) check_gemv(e, c);
-  }
-}
-
-TEST(ElementwiseCuda, GemvQ8_0OptionalTermsAndAliasing) {
-  if (!hark::compute::cuda::available())
-    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  for (Element e : kElements) {
-    for (bool bias : {false, true}) {
-      for (bool residual : {false, true}) {
-        check_gemv(e, {3, 1024, 21, bias, residual});
-      }
-    }
-    GemvCase in_place{5, 1280, 19};
-    in_place.residual_is_y = true;
-    check_gemv(e, in_place);
-  }
-}
-
-TEST(ElementwiseCuda, GemvQ8_0MisalignedPointers) {
-  if (!hark::compute::cuda::available())
-    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  for (Element e : kElements) {
-    for (size_t w_offset : {0, 2, 4, 8}) {
-      for (size_t x_offset : {0, 1, 3}) {
-        GemvCase c{4, 1280, 11};
-        c.w_offset = w_offset;
-        c.x_offset = x_offset;
-        check_gemv(e, c);
-      }
-    }
   }
 }
 

@@ -35,8 +35,9 @@ void add_rows(Element e, void* x, const void* table, int64_t batch, int64_t rows
               cudaStream_t stream);
 
 // y[i, :] = tokens[ids[i], :] + positions[position_ids[i], :] for i < n, rows of `cols`
-// values. `tokens` is of element type e, or Q8_0 blocks (token_table_q8_0) as GGUF stores them.
-void embed(Element e, const void* tokens, bool token_table_q8_0, const void* positions,
+// values. `tokens` is of element type e, or with token_scales a Q8_0 table in the device layout
+// (below): tokens its quants, token_scales its scales.
+void embed(Element e, const void* tokens, const void* token_scales, const void* positions,
            const int32_t* ids, const int32_t* position_ids, int64_t n, int64_t cols, void* y,
            cudaStream_t stream);
 
@@ -67,18 +68,19 @@ void mel_windows_to_time_major(const MelWindowCut* cuts, int64_t batch, int64_t 
 // y[i] = x[i] converted, n values.
 void convert(Element from, const void* x, Element to, void* y, int64_t n, cudaStream_t stream);
 
-// GGUF Q8_0 blocks (per 32 values: an F16 scale d, then 32 int8 q; value = d · q) of a
-// [rows, cols] matrix to element type e.
-void dequantize_q8_0(const void* blocks, int64_t rows, int64_t cols, Element e, void* out,
-                     cudaStream_t stream);
+// Q8_0 on the device. GGUF stores a Q8_0 row as blocks of 32 values, each an F16 scale d and then
+// 32 int8 quants q (value = d · q): 34 bytes, which no vector load lines up with. On the device a
+// Q8_0 matrix [rows, cols] (cols a multiple of 32) is its quants, rows × cols int8 in row order,
+// followed by its scales, rows × cols / 32 F16 in row order: the same bytes, in 16-byte-aligned
+// rows (q8_0_to_device_layout in pass.h rearranges GGUF's blocks so).
+inline int64_t q8_0_scales_offset(int64_t rows, int64_t cols) {  // bytes from quants to scales
+  return rows * cols;
+}
 
-// Matrix-vector products with Q8_0 weights for small batches (decode steps):
-// y[b, n] = Σ_k x[b, k] · W[n, k] (+ bias[n]) (+ residual[b, n]) for b < batch, W [n_out, k_in]
-// as Q8_0 blocks; x, bias, residual and y of element type e; residual may alias y; bias and
-// residual may be null. Meant for batch ≤ 16. Up to 4 rows, launched as a programmatic dependent
-// of the kernel before it: its first tiles of W are copied while that one finishes.
-void gemv_q8_0(Element e, const void* x, int64_t batch, int64_t k_in, const void* w, int64_t n_out,
-               const void* bias, const void* residual, void* y, cudaStream_t stream);
+// A Q8_0 matrix [rows, cols] in the device layout, to element type e: each value d · q in F32,
+// rounded once to e.
+void dequantize_q8_0(const void* w, int64_t rows, int64_t cols, Element e, void* out,
+                     cudaStream_t stream);
 
 // ---- kernels_attention.cu ---------------------------------------------------------------------
 
@@ -299,13 +301,19 @@ void token_probability(const float* logits, int64_t row_stride, int rows, int vo
 // stored to y[b, n] (row stride n_out). With a K/V scatter (n_out = 3 · width, no residual) only
 // columns [0, width) go to y (row stride width); columns [width, 2 · width) go to
 // k_cache + b · cache_batch_stride + positions[b] · width + (n − width), columns
-// [2 · width, 3 · width) to v_cache likewise. W is [n_out, k_in]; x, W, bias, residual, y, the
-// norm's vectors and the caches are of element type e. 16-bit types multiply on tensor cores
-// with h rounded to e (what layer_norm would have stored); F32 multiplies in F32 (no TF32).
-// Meant for batch ≤ 16, which reads W once; larger batches take a launch per 16 rows (F32 rows
-// too long for 16 of them in shared memory, past about 3500 values, a launch per 8).
-// Requires k_in a multiple of 8 and x, W, gamma, beta 16-byte aligned (throws hark::Error
-// otherwise); x must not overlap y or the caches. Null norm, bias, residual, scatter: absent.
+// [2 · width, 3 · width) to v_cache likewise. W is [n_out, k_in]: of element type e, or for a
+// 16-bit e a Q8_0 matrix in the device layout (above), each value rounded to e as
+// dequantize_q8_0 rounds it; x, bias, residual, y, the norm's vectors and the caches are of
+// element type e. 16-bit types multiply on tensor cores with h rounded to e (what layer_norm would
+// have stored); F32 multiplies in F32 (no TF32). Meant for batch ≤ 16, which reads W once; larger
+// batches take a launch per 16 rows (F32 rows too long for 16 of them in shared memory, past
+// about 3500 values, a launch per 8). Requires k_in a multiple of 8 (of 32 for Q8_0) and x, W,
+// gamma, beta 16-byte aligned (throws hark::Error otherwise); x must not overlap y or the
+// caches. Null norm, bias, residual, scatter: absent.
+struct DecodeWeights {
+  const void* data = nullptr;
+  bool q8_0 = false;  // data is a Q8_0 matrix in the device layout
+};
 struct DecodeNorm {
   const void* gamma = nullptr;
   const void* beta = nullptr;
@@ -319,14 +327,14 @@ struct KvScatter {
   int64_t width = 0;
 };
 void decode_linear(Element e, const void* x, int batch, int64_t k_in, const DecodeNorm* norm,
-                   const void* w, int64_t n_out, const void* bias, bool gelu, const void* residual,
-                   void* y, const KvScatter* scatter, cudaStream_t stream);
+                   DecodeWeights w, int64_t n_out, const void* bias, bool gelu,
+                   const void* residual, void* y, const KvScatter* scatter, cudaStream_t stream);
 
 // decode_linear without bias, GELU, residual or scatter, its sums stored as F32: y[b, n] (row
 // stride n_out) = Σ_k h[b, k] · W[n, k], h the (optionally normalised) x. For a step's logits,
 // which read the largest matrix of the step and should not lose precision on the way out.
 void decode_linear_f32_out(Element e, const void* x, int batch, int64_t k_in,
-                           const DecodeNorm* norm, const void* w, int64_t n_out, float* y,
+                           const DecodeNorm* norm, DecodeWeights w, int64_t n_out, float* y,
                            cudaStream_t stream);
 
 }  // namespace hark::compute::cuda

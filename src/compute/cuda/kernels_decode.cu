@@ -17,6 +17,11 @@
 //    k positions its fragments hold (the kernel says which): loads need no shuffling.
 //  - F32 multiplies on the CUDA cores (tensor cores would round x and W to TF32), one F32 sum per
 //    batch row a lane, added over the row's 4 lanes at the end.
+//  - Q8_0 weights (device layout, kernels.h) stream as their quants, a whole block of 32 a lane's
+//    chunk (two 16-byte loads) and its scale: half as many bytes as F16 for the same loads in
+//    flight, and a scale register per 32 values. Each value becomes d · q in F32, rounded to the
+//    element type as dequantize_q8_0 rounds it, and then takes the F16/BF16 path's tensor-core
+//    products: a chunk is eight mma instead of two.
 //  - Small matrices have too few tiles to keep the GPU busy: `split` warps of a block share a
 //    tile, each taking every split-th chunk, and add up their sums through shared memory.
 #include <cuda_bf16.h>
@@ -49,15 +54,23 @@ constexpr int kLanesPerRow = 32 / kTileRows;  // 4
 // registers for 8 only.
 template <class T>
 constexpr int kUnroll = std::is_same_v<T, float> ? 8 : 16;
+// A Q8_0 chunk is two loads (a block of 32 quants a lane), so a group has half as many chunks:
+// the same loads and bytes in flight.
+template <class T, bool kQ8>
+constexpr int kChunksPerGroup = kQ8 ? kUnroll<T> / 2 : kUnroll<T>;
 constexpr int kMaxRows = 16;  // batch rows a launch multiplies: the mma's m
 
-// Values in one 16-byte load, and the k a chunk covers (a row's 4 lanes, one load each).
+// Values of the element type in one 16-byte load; the values of W in a lane's chunk (one load, or
+// for Q8_0 two: a block of 32 quants); and the k a chunk covers (a row's 4 lanes).
 template <class T>
 constexpr int kPack = static_cast<int>(16 / sizeof(T));
-template <class T>
+template <class T, bool kQ8>
+constexpr int kLaneValues = kQ8 ? 32 : kPack<T>;
+template <class T, bool kQ8>
 constexpr int chunk_values() {
-  return kLanesPerRow * kPack<T>;
+  return kLanesPerRow * kLaneValues<T, kQ8>;
 }
+constexpr int kQ8Values = 32;  // values a Q8_0 scale covers
 
 // Dynamic shared memory: each warp's partial sums (32 lanes × 4 for tensor cores, 8 rows × 16
 // batch rows for F32), the norm's per-row mean and scale, then the staged rows of x.
@@ -79,7 +92,9 @@ struct Params {
   const T* gamma = nullptr;  // null: no norm
   const T* beta = nullptr;
   float eps = 0.0f;
-  const T* w = nullptr;
+  const T* w = nullptr;            // W in the element type, or
+  const int8_t* quants = nullptr;  // Q8_0 W's quants [n_out, k_in]
+  const __half* scales = nullptr;  // and scales [n_out, k_in / 32]
   int64_t n_out = 0;
   const T* bias = nullptr;
   bool gelu = false;
@@ -213,12 +228,14 @@ __device__ __forceinline__ void store_output(const Params<T>& p, int b, int64_t 
 // ---- The kernel -------------------------------------------------------------------------------
 
 // kBatch: for F16/BF16, 8 (batch ≤ 8: the mma's rows 8…15 are all zero) or 16; for F32, the
-// bucket (1, 2, 4, 8, 16) of F32 sums a lane keeps, one per batch row. One block: kWarps / split
-// tiles of kTileRows output rows, each tile shared by `split` warps.
-template <class T, int kBatch>
+// bucket (1, 2, 4, 8, 16) of F32 sums a lane keeps, one per batch row. kQ8: W is Q8_0 (16-bit T
+// only). One block: kWarps / split tiles of kTileRows output rows, each tile shared by `split`
+// warps.
+template <class T, int kBatch, bool kQ8>
 __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params<T> p) {
   constexpr bool kTensorCores = !std::is_same_v<T, float>;
-  constexpr int kP = kPack<T>, kK = chunk_values<T>();
+  static_assert(kTensorCores || !kQ8, "Q8_0 weights multiply on tensor cores");
+  constexpr int kP = kPack<T>, kLane = kLaneValues<T, kQ8>, kK = chunk_values<T, kQ8>();
   extern __shared__ __align__(16) unsigned char shared[];
   float* partials = reinterpret_cast<float*>(shared);
   float* means = reinterpret_cast<float*>(shared + kStatsOffset);
@@ -232,22 +249,35 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
   const int64_t tile = static_cast<int64_t>(blockIdx.x) * slots + slot;
   const int64_t row = tile * kTileRows + g;  // the W row this lane loads
   const bool row_loads = row < p.n_out;
-  const T* w_row = p.w + (row_loads ? row : 0) * p.k_in;
+  const int64_t load_row = row_loads ? row : 0;
+  const T* w_row = p.w + load_row * p.k_in;
+  const int8_t* quants_row = p.quants + load_row * p.k_in;
+  const __half* scales_row = p.scales + load_row * (p.k_in / kQ8Values);
   const int64_t n_chunks = p.k_pad / kK;
   // The same number of groups for every warp of a tile (the last ones partly empty), so that
   // they all reach the barrier that adds up their sums.
-  const int64_t groups = ceil_div(ceil_div(n_chunks, split), kUnroll<T>);
-  auto chunk_of = [&](int64_t group, int u) { return part + split * (group * kUnroll<T> + u); };
+  constexpr int kGroupChunks = kChunksPerGroup<T, kQ8>;
+  const int64_t groups = ceil_div(ceil_div(n_chunks, split), kGroupChunks);
+  auto chunk_of = [&](int64_t group, int u) { return part + split * (group * kGroupChunks + u); };
 
   uint4 w[kUnroll<T>];
+  float scale[kQ8 ? kGroupChunks : 1];  // Q8_0: the scale of each chunk's block
   auto load_group = [&](int64_t group) {
 #pragma unroll
-    for (int u = 0; u < kUnroll<T>; ++u) {
-      const int64_t k = chunk_of(group, u) * kK + t * kP;
+    for (int u = 0; u < kGroupChunks; ++u) {
+      const int64_t k = chunk_of(group, u) * kK + t * kLane;
+      const bool loads = row_loads && k < p.k_in;  // Q8_0: k_in is whole blocks, one a lane
       // Streaming loads (evict first): W is read once a step and would only push x and the
-      // caches out of L2.
-      w[u] = row_loads && k < p.k_in ? __ldcs(reinterpret_cast<const uint4*>(w_row + k))
-                                     : make_uint4(0, 0, 0, 0);
+      // caches out of L2. A 32-byte sector of scales serves 16 chunks of a row: those loads keep
+      // the default policy, so that the sector stays in L1 for the next ones.
+      if constexpr (kQ8) {
+        const auto* quants = reinterpret_cast<const uint4*>(quants_row + k);
+        w[2 * u] = loads ? __ldcs(quants) : make_uint4(0, 0, 0, 0);
+        w[2 * u + 1] = loads ? __ldcs(quants + 1) : make_uint4(0, 0, 0, 0);
+        scale[u] = loads ? __half2float(scales_row[k / kQ8Values]) : 0.0f;
+      } else {
+        w[u] = loads ? __ldcs(reinterpret_cast<const uint4*>(w_row + k)) : make_uint4(0, 0, 0, 0);
+      }
     }
   };
   allow_dependent_kernels();
@@ -265,32 +295,50 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
     float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int last_row = p.batch - 1;
     const bool low_rows = g < p.batch, high_rows = g + 8 < p.batch;
-    const T* x_low = xs + min(g, last_row) * p.stride + t * kP;
-    const T* x_high = xs + min(g + 8, last_row) * p.stride + t * kP;
+    const T* x_low = xs + min(g, last_row) * p.stride + t * kLane;
+    const T* x_high = xs + min(g + 8, last_row) * p.stride + t * kLane;
     const uint4 zero = make_uint4(0, 0, 0, 0);
+    // Eight values of W (a 16-byte pack of T) times the lane's eight values of x at k.
+    auto multiply = [&](int64_t k, const uint4& weights) {
+      uint4 lo = load16(x_low + k);
+      if (!low_rows) lo = zero;
+      uint4 hi = zero;
+      if constexpr (kBatch > 8) {
+        hi = load16(x_high + k);
+        if (!high_rows) hi = zero;
+      }
+      // mma_16816's A (16 × 16, registers a0…a3) and B (16 × 8, b0, b1) each hold two 16-bit
+      // values a register, the lower k in the low half. Lane l = 4g + t holds A's rows g (a0,
+      // a2) and g + 8 (a1, a3) and B's column g, at k 2t, 2t + 1 (a0, a1, b0) and 2t + 8,
+      // 2t + 9 (a2, a3, b1); sums 0, 1 are row g, columns 2t, 2t + 1, and 2, 3 row g + 8.
+      // Only the pairing of A's and B's k matters to the sum, so a lane may fill "k 2t, 2t + 1"
+      // and "k 2t + 8, 2t + 9" with any four values of x and the same four of W.
+      const uint32_t first[4] = {lo.x, hi.x, lo.y, hi.y}, second[4] = {lo.z, hi.z, lo.w, hi.w};
+      mma_16816<T>(sums, first, weights.x, weights.y);
+      mma_16816<T>(sums, second, weights.z, weights.w);
+    };
     for (int64_t group = 0; group < groups; ++group) {
       if (group > 0) load_group(group);
 #pragma unroll
-      for (int u = 0; u < kUnroll<T>; ++u) {
+      for (int u = 0; u < kGroupChunks; ++u) {
         const int64_t c = chunk_of(group, u);
         if (c >= n_chunks) break;  // the same for the whole warp
         const int64_t k = c * kK;
-        uint4 lo = load16(x_low + k);
-        if (!low_rows) lo = zero;
-        uint4 hi = zero;
-        if constexpr (kBatch > 8) {
-          hi = load16(x_high + k);
-          if (!high_rows) hi = zero;
+        if constexpr (kQ8) {
+          // The lane's block as four packs of 8 values d · q (exact in F32, then rounded).
+#pragma unroll
+          for (int quarter = 0; quarter < 4; ++quarter) {
+            const uint4& quants = w[2 * u + quarter / 2];
+            float values[8];
+            int8x4_to_floats(quarter % 2 == 0 ? quants.x : quants.z, values);
+            int8x4_to_floats(quarter % 2 == 0 ? quants.y : quants.w, values + 4);
+#pragma unroll
+            for (int i = 0; i < 8; ++i) values[i] *= scale[u];
+            multiply(k + 8 * quarter, pack<T>(values));
+          }
+        } else {
+          multiply(k, w[u]);
         }
-        // mma_16816's A (16 × 16, registers a0…a3) and B (16 × 8, b0, b1) each hold two 16-bit
-        // values a register, the lower k in the low half. Lane l = 4g + t holds A's rows g (a0,
-        // a2) and g + 8 (a1, a3) and B's column g, at k 2t, 2t + 1 (a0, a1, b0) and 2t + 8,
-        // 2t + 9 (a2, a3, b1); sums 0, 1 are row g, columns 2t, 2t + 1, and 2, 3 row g + 8.
-        // Only the pairing of A's and B's k matters to the sum, so a lane may fill "k 2t, 2t + 1"
-        // and "k 2t + 8, 2t + 9" with any four values of x and the same four of W.
-        const uint32_t first[4] = {lo.x, hi.x, lo.y, hi.y}, second[4] = {lo.z, hi.z, lo.w, hi.w};
-        mma_16816<T>(sums, first, w[u].x, w[u].y);
-        mma_16816<T>(sums, second, w[u].z, w[u].w);
       }
     }
     if (split > 1) {
@@ -323,7 +371,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
     for (int64_t group = 0; group < groups; ++group) {
       if (group > 0) load_group(group);
 #pragma unroll
-      for (int u = 0; u < kUnroll<T>; ++u) {
+      for (int u = 0; u < kGroupChunks; ++u) {
         const int64_t c = chunk_of(group, u);
         if (c >= n_chunks) break;  // the same for the whole warp
         const int64_t k = c * kK;
@@ -399,10 +447,10 @@ const DeviceLimits& device_limits() {
 
 // Once per kernel: lets it use the opt-in maximum of shared memory, and says how many of its
 // blocks registers and threads allow per multiprocessor.
-template <class T, int kBatch>
+template <class T, int kBatch, bool kQ8>
 int blocks_by_registers() {
   static const int blocks = [] {
-    const auto kernel = decode_linear_kernel<T, kBatch>;
+    const auto kernel = decode_linear_kernel<T, kBatch, kQ8>;
     allow_shared_memory(kernel, static_cast<size_t>(device_limits().shared_per_block),
                         "decode_linear shared memory limit");
     int per_multiprocessor = 0;
@@ -416,16 +464,16 @@ int blocks_by_registers() {
 // Splits tiles among warps until the tiles occupy every warp the GPU holds at once (or a
 // tile's warps would get fewer than two chunks each), as long as the blocks fit in one wave,
 // then launches a block per kWarps / split tiles.
-template <class T, int kBatch>
+template <class T, int kBatch, bool kQ8>
 void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
   const DeviceLimits& limits = device_limits();
   const int64_t by_shared =
       limits.shared_per_multiprocessor / (shared_bytes + limits.reserved_shared_per_block);
   const int64_t per_multiprocessor =
-      std::max<int64_t>(1, std::min<int64_t>(blocks_by_registers<T, kBatch>(), by_shared));
+      std::max<int64_t>(1, std::min<int64_t>(blocks_by_registers<T, kBatch, kQ8>(), by_shared));
   const int64_t resident_warps = limits.multiprocessors * per_multiprocessor * kWarps;
   const int64_t n_tiles = ceil_div(p.n_out, kTileRows);
-  const int64_t n_chunks = p.k_pad / chunk_values<T>();
+  const int64_t n_chunks = p.k_pad / chunk_values<T, kQ8>();
   p.split = 1;
   while (p.split < kWarps && p.split * 2 <= n_chunks && n_tiles * p.split < resident_warps) {
     p.split *= 2;
@@ -439,18 +487,18 @@ void launch(Params<T> p, int64_t shared_bytes, cudaStream_t stream) {
   // Launched as a programmatic dependent of the kernel before it (which lets it start once all
   // of that kernel's blocks run): its blocks load their first weights while that kernel finishes,
   // and wait_for_prerequisite_kernels holds them back from x until it has.
-  launch_kernel(decode_linear_kernel<T, kBatch>, dim3(static_cast<unsigned>(blocks)),
+  launch_kernel(decode_linear_kernel<T, kBatch, kQ8>, dim3(static_cast<unsigned>(blocks)),
                 dim3(kThreads), static_cast<size_t>(shared_bytes), 1, /*early_start=*/true, stream,
                 "decode_linear launch", p);
 }
 
 template <class T>
-void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w, int64_t n_out,
-         const T* bias, bool gelu, const T* residual, T* y, float* y_f32, const KvScatter* scatter,
-         cudaStream_t stream) {
+void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, DecodeWeights w,
+         int64_t n_out, const T* bias, bool gelu, const T* residual, T* y, float* y_f32,
+         const KvScatter* scatter, cudaStream_t stream) {
   constexpr bool kTensorCores = !std::is_same_v<T, float>;
-  const int64_t n_chunks = ceil_div(k_in, chunk_values<T>());
-  const int64_t k_pad = n_chunks * chunk_values<T>();
+  const int64_t chunk = w.q8_0 ? chunk_values<T, true>() : chunk_values<T, false>();
+  const int64_t k_pad = ceil_div(k_in, chunk) * chunk;
   // 16-bit rows start 64 bytes apart modulo 128, so that the 8 lanes of a quarter warp, which
   // read 64 bytes of two consecutive rows, hit every bank once.
   int64_t row_bytes = k_pad * static_cast<int64_t>(sizeof(T));
@@ -479,7 +527,13 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w
       p.beta = static_cast<const T*>(norm->beta);
       p.eps = norm->eps;
     }
-    p.w = w;
+    if (w.q8_0) {
+      p.quants = static_cast<const int8_t*>(w.data);
+      p.scales = reinterpret_cast<const __half*>(static_cast<const uint8_t*>(w.data) +
+                                                 q8_0_scales_offset(n_out, k_in));
+    } else {
+      p.w = static_cast<const T*>(w.data);
+    }
     p.n_out = n_out;
     p.bias = bias;
     p.gelu = gelu;
@@ -499,10 +553,12 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w
     if constexpr (kTensorCores) {
       p.staged_rows = count;
       const int64_t shared_bytes = kStageOffset + count * row_bytes;
-      if (count > 8) {
-        launch<T, 16>(p, shared_bytes, stream);
+      if (w.q8_0) {
+        count > 8 ? launch<T, 16, true>(p, shared_bytes, stream)
+                  : launch<T, 8, true>(p, shared_bytes, stream);
       } else {
-        launch<T, 8>(p, shared_bytes, stream);
+        count > 8 ? launch<T, 16, false>(p, shared_bytes, stream)
+                  : launch<T, 8, false>(p, shared_bytes, stream);
       }
     } else {
       int bucket = 1;
@@ -511,19 +567,19 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w
       const int64_t shared_bytes = kStageOffset + bucket * row_bytes;
       switch (bucket) {
         case 1:
-          launch<T, 1>(p, shared_bytes, stream);
+          launch<T, 1, false>(p, shared_bytes, stream);
           break;
         case 2:
-          launch<T, 2>(p, shared_bytes, stream);
+          launch<T, 2, false>(p, shared_bytes, stream);
           break;
         case 4:
-          launch<T, 4>(p, shared_bytes, stream);
+          launch<T, 4, false>(p, shared_bytes, stream);
           break;
         case 8:
-          launch<T, 8>(p, shared_bytes, stream);
+          launch<T, 8, false>(p, shared_bytes, stream);
           break;
         default:
-          launch<T, 16>(p, shared_bytes, stream);
+          launch<T, 16, false>(p, shared_bytes, stream);
           break;
       }
     }
@@ -535,12 +591,20 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, const T* w
 namespace {
 
 // What every decode_linear launch needs of x, W and the norm.
-void check_inputs(const void* x, int64_t k_in, const DecodeNorm* norm, const void* w) {
+void check_inputs(Element e, const void* x, int64_t k_in, const DecodeNorm* norm, DecodeWeights w) {
   // Rows of x and W move in 16-byte loads.
   if (k_in <= 0 || k_in % 8 != 0) {
     fail("decode_linear: k_in ", k_in, " is not a positive multiple of 8");
   }
-  if (!aligned(x, 16) || !aligned(w, 16)) fail("decode_linear: x and W must be 16-byte aligned");
+  if (w.q8_0) {
+    if (e == Element::f32) fail("decode_linear: Q8_0 weights need a 16-bit element type");
+    if (k_in % kQ8Values != 0) {
+      fail("decode_linear: k_in ", k_in, " is not a whole number of Q8_0 blocks");
+    }
+  }
+  if (!aligned(x, 16) || !aligned(w.data, 16)) {
+    fail("decode_linear: x and W must be 16-byte aligned");
+  }
   if (norm != nullptr) {
     if (norm->gamma == nullptr || norm->beta == nullptr) {
       fail("decode_linear: a norm needs gamma and beta");
@@ -554,10 +618,10 @@ void check_inputs(const void* x, int64_t k_in, const DecodeNorm* norm, const voi
 }  // namespace
 
 void decode_linear(Element e, const void* x, int batch, int64_t k_in, const DecodeNorm* norm,
-                   const void* w, int64_t n_out, const void* bias, bool gelu, const void* residual,
-                   void* y, const KvScatter* scatter, cudaStream_t stream) {
+                   DecodeWeights w, int64_t n_out, const void* bias, bool gelu,
+                   const void* residual, void* y, const KvScatter* scatter, cudaStream_t stream) {
   if (batch <= 0 || n_out <= 0) return;
-  check_inputs(x, k_in, norm, w);
+  check_inputs(e, x, k_in, norm, w);
   if (scatter != nullptr) {
     if (scatter->width <= 0 || n_out != 3 * scatter->width) {
       fail("decode_linear: a K/V scatter needs n_out = 3 · width, not ", n_out, " for width ",
@@ -571,21 +635,20 @@ void decode_linear(Element e, const void* x, int batch, int64_t k_in, const Deco
   }
   with_type(e, [&](auto tag) {
     using T = decltype(tag);
-    run<T>(static_cast<const T*>(x), batch, k_in, norm, static_cast<const T*>(w), n_out,
-           static_cast<const T*>(bias), gelu, static_cast<const T*>(residual), static_cast<T*>(y),
-           nullptr, scatter, stream);
+    run<T>(static_cast<const T*>(x), batch, k_in, norm, w, n_out, static_cast<const T*>(bias), gelu,
+           static_cast<const T*>(residual), static_cast<T*>(y), nullptr, scatter, stream);
   });
 }
 
 void decode_linear_f32_out(Element e, const void* x, int batch, int64_t k_in,
-                           const DecodeNorm* norm, const void* w, int64_t n_out, float* y,
+                           const DecodeNorm* norm, DecodeWeights w, int64_t n_out, float* y,
                            cudaStream_t stream) {
   if (batch <= 0 || n_out <= 0) return;
-  check_inputs(x, k_in, norm, w);
+  check_inputs(e, x, k_in, norm, w);
   with_type(e, [&](auto tag) {
     using T = decltype(tag);
-    run<T>(static_cast<const T*>(x), batch, k_in, norm, static_cast<const T*>(w), n_out, nullptr,
-           false, nullptr, nullptr, y, nullptr, stream);
+    run<T>(static_cast<const T*>(x), batch, k_in, norm, w, n_out, nullptr, false, nullptr, nullptr,
+           y, nullptr, stream);
   });
 }
 

@@ -18,13 +18,20 @@
 
 namespace hark::compute::cuda {
 
-// A weight matrix [rows, cols] on the device: in the pass's element type, or as GGUF Q8_0 blocks
-// (decode steps read those directly; larger products expand them into a scratch buffer first).
+// A weight matrix [rows, cols] on the device: in the pass's element type, or Q8_0 in the device
+// layout of kernels.h (decode steps read that directly; larger products expand it into a scratch
+// buffer first).
 struct Matrix {
   Buffer data;
   int64_t rows = 0, cols = 0;
   bool q8_0 = false;
 };
+
+// A Q8_0 matrix's scales (the device layout, kernels.h); null for a matrix of the element type.
+inline const void* q8_0_scales(const Matrix& m) {
+  return m.q8_0 ? static_cast<const uint8_t*>(m.data.data()) + q8_0_scales_offset(m.rows, m.cols)
+                : nullptr;
+}
 
 // The activation element type for a model whose weights are stored as `type`: F32 and BF16
 // stay, F16 and Q8_0 (and any other type) run in F16.
@@ -46,10 +53,17 @@ struct LayerNorm {
   float eps = 1e-5f;
 };
 
-// Copies host weights to the device in the pass's element type (Q8_0 matrices stay Q8_0 when the
-// element type is 16-bit). Several parts are stacked by rows, so that one product computes what
-// several layers read from the same input (Q, K and V; the cross-attention K/V of all layers).
-// A null part of a vector is zeros of the given length (a projection without bias).
+// GGUF's Q8_0 blocks of `rows` rows of `cols` values (a multiple of 32) in the device layout
+// (kernels.h): their quants to quants [rows · cols], their scales' F16 bits to
+// scales [rows · cols / 32].
+void q8_0_to_device_layout(const uint8_t* blocks, int64_t rows, int64_t cols, int8_t* quants,
+                           uint16_t* scales);
+
+// Copies host weights to the device in the pass's element type (Q8_0 matrices stay Q8_0, in the
+// device layout, when the element type is 16-bit). Several parts are stacked by rows, so that one
+// product computes what several layers read from the same input (Q, K and V; the cross-attention
+// K/V of all layers). A null part of a vector is zeros of the given length (a projection without
+// bias).
 //
 // The copies go up asynchronously, through a ring of page-locked buffers that all cores fill:
 // the reads from the (mapped) model file, the conversions and the transfers of successive
@@ -96,6 +110,8 @@ class Pass {
   }
 
   // y[m, out] = x[m, in] · Wᵀ + bias (+ residual, which may be y), in the pass's element type.
+  // Q8_0 weights: up to 16 rows of a 16-byte-aligned x read the quants (decode_linear), more rows
+  // expand the matrix for cuBLASLt.
   void linear(const void* x, int64_t m, const Linear& layer, void* y,
               const void* residual = nullptr);
   // y[m, n] = x[m, k] · w[n, k]ᵀ + bias[n] (bias may be null) from raw 16-bit or F32 weight rows
@@ -116,17 +132,16 @@ class Pass {
   // element type is ever held.
   void quantized_linear(const void* x, int64_t m, const Linear& layer, int group,
                         int64_t block_rows, int8_t* q, float* scales, Buffer& scratch);
-  // One linear layer of a decode step (m ≤ 16 rows; 16-bit or F32 weights, not Q8_0) in one
-  // launch (decode_linear): y = [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with
-  // `scatter` the layer's output split into y and the K/V caches. Null norm, residual, scatter:
-  // absent.
+  // One linear layer of a decode step (m ≤ 16 rows) in one launch (decode_linear): y =
+  // [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with `scatter` the layer's output
+  // split into y and the K/V caches. Null norm, residual, scatter: absent.
   void step_linear(const void* x, int64_t m, const Linear& layer, void* y,
                    const LayerNorm* norm = nullptr, bool gelu = false,
                    const void* residual = nullptr, const KvScatter* scatter = nullptr);
   // y[m, rows of w] = x · Wᵀ in F32 (logits).
   void linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y);
-  // y[m, rows of w] = norm(x) · Wᵀ in F32 (logits); x may be overwritten. Up to 16 rows of
-  // 16-bit or F32 weights take one decode_linear launch with the norm fused (one launch instead
+  // y[m, rows of w] = norm(x) · Wᵀ in F32 (logits); x may be overwritten. Up to 16 rows take one
+  // decode_linear launch with the norm fused (one launch instead
   // of two, W read once); otherwise x is normalised in place, then multiplied.
   void norm_linear_f32_out(void* x, int64_t m, const LayerNorm& norm, int64_t cols, const Matrix& w,
                            float* y);
@@ -160,9 +175,7 @@ class Pass {
   // ReplayedGraph (graph.h) of its ops: a graph captured before one of them moved is stale.
   std::vector<int64_t> scratch_key() const {
     std::vector<int64_t> key;
-    for (const Buffer* b : {&expanded_, &f16_logits_}) {
-      key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(b->data())));
-    }
+    key.push_back(static_cast<int64_t>(reinterpret_cast<uintptr_t>(expanded_.data())));
     return key;
   }
 
@@ -173,7 +186,6 @@ class Pass {
   cudaStream_t stream_;
   Gemm gemm_;
   Buffer expanded_;  // Q8_0 weights expanded for a product with many rows
-  Buffer f16_logits_;
   StageClock clock_;
 };
 

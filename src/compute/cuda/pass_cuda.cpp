@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "base/little_endian.h"
 #include "base/log.h"
 #include "compute/cuda/kernels_conformer.h"
 #include "format/quant.h"
@@ -15,10 +16,9 @@ namespace hark::compute::cuda {
 
 namespace {
 
-// Rows up to which a Q8_0 product reads the blocks directly (gemv_q8_0) instead of expanding the
-// matrix for cuBLASLt: decode steps, batched or not.
-constexpr int64_t kDirectQ8Rows = 16;
-// Rows up to which logits take decode_linear_f32_out (it reads W once for 16 rows).
+// Rows up to which logits take decode_linear_f32_out (it reads W once for 16 rows), and a Q8_0
+// product reads the quants directly (decode_linear) instead of expanding the matrix for cuBLASLt:
+// decode steps, batched or not.
 constexpr int64_t kMaxStepRows = 16;
 
 // Rows from which a product with an activation takes the Hopper kernel with the activation in
@@ -30,6 +30,12 @@ constexpr int64_t kEpilogueActivationRows = 1024;
 
 bool aligned16(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
+// Whether a product of m rows of x with w takes decode_linear on w's Q8_0 quants (x must be
+// 16-byte aligned for it; Q8_0 rows are whole blocks, multiples of 8 values).
+bool reads_q8_0_directly(const Matrix& w, int64_t m, const void* x) {
+  return w.q8_0 && m <= kMaxStepRows && aligned16(x);
 }
 
 // HARK_CUDA_SM90_GEMM=0 turns the Hopper kernel off (to compare with cuBLASLt's products), read
@@ -79,11 +85,30 @@ void append_weight(Element element, const Weight& w, std::vector<uint8_t>& out) 
   }
 }
 
+// Rows of a Q8_0 matrix rearranged (q8_0_to_device_layout) and queued at a time: 1,024 rows of
+// Whisper large's fc2 are 5 MiB of quants.
+constexpr int64_t kQ8ChunkRows = 1024;
+
 // The pieces that go through one staging buffer: large enough for all cores to copy one in
 // together (StagingBuffer::upload_from), small enough that three stay a small page-locked ring.
 constexpr size_t kStagedPieceBytes = size_t{16} << 20;
 
 }  // namespace
+
+void q8_0_to_device_layout(const uint8_t* blocks, int64_t rows, int64_t cols, int8_t* quants,
+                           uint16_t* scales) {
+  if (cols % static_cast<int64_t>(quant::kQ8BlockValues) != 0) {
+    fail("Q8_0: ", cols, " columns are not whole blocks of ", quant::kQ8BlockValues);
+  }
+  const int64_t count = rows * cols / static_cast<int64_t>(quant::kQ8BlockValues);
+#pragma omp parallel for schedule(static) if (count > (int64_t{1} << 16))
+  for (int64_t i = 0; i < count; ++i) {
+    const uint8_t* block = blocks + i * static_cast<int64_t>(quant::kQ8BlockBytes);
+    scales[i] = little_endian::u16(block);
+    std::memcpy(quants + i * static_cast<int64_t>(quant::kQ8BlockValues), block + 2,
+                quant::kQ8BlockValues);
+  }
+}
 
 Element activation_element(DType type) {
   switch (type) {
@@ -159,9 +184,36 @@ Matrix Uploader::matrix(std::span<const Weight* const> parts) {
   }
   m.data = Buffer(total);
   auto* target = m.data.as<uint8_t>();
+  if (m.q8_0) {
+    // Each part's rows go to their place among the quants and among the scales.
+    auto* quants = m.data.as<int8_t>();
+    auto* scales = reinterpret_cast<uint16_t*>(target + q8_0_scales_offset(m.rows, m.cols));
+    const int64_t scales_a_row = m.cols / static_cast<int64_t>(quant::kQ8BlockValues);
+    std::vector<int8_t> part_quants;
+    std::vector<uint16_t> part_scales;
+    int64_t row = 0;
+    for (const Weight* part : parts) {
+      if (part->nbytes != device_bytes(*part)) {
+        fail("CUDA upload: a Q8_0 matrix of ", part->nbytes, " bytes where its shape takes ",
+             device_bytes(*part));
+      }
+      for (int64_t first = 0; first < part->rows(); first += kQ8ChunkRows) {
+        const int64_t count = std::min(kQ8ChunkRows, part->rows() - first);
+        part_quants.resize(static_cast<size_t>(count * m.cols));
+        part_scales.resize(static_cast<size_t>(count * scales_a_row));
+        q8_0_to_device_layout(part->data + first * scales_a_row * quant::kQ8BlockBytes, count,
+                              m.cols, part_quants.data(), part_scales.data());
+        put(part_quants.data(), part_quants.size(), quants + (row + first) * m.cols);
+        put(part_scales.data(), part_scales.size() * sizeof(uint16_t),
+            scales + (row + first) * scales_a_row);
+      }
+      row += part->rows();
+    }
+    return m;
+  }
   for (const Weight* part : parts) {
     const size_t size = device_bytes(*part);
-    if (m.q8_0 || stored_as(element_, part->type)) {
+    if (stored_as(element_, part->type)) {
       // Weights stored as they go up are copied straight from the model file.
       if (part->nbytes != size) {
         fail("CUDA upload: a matrix of ", part->nbytes, " bytes where its shape takes ", size);
@@ -230,8 +282,9 @@ const void* Pass::expanded(const Matrix& w) {
 void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const void* residual) {
   const Matrix& w = layer.weight;
   const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
-  if (w.q8_0 && m <= kDirectQ8Rows) {
-    gemv_q8_0(element_, x, m, w.cols, w.data.data(), w.rows, bias, residual, y, stream_);
+  if (reads_q8_0_directly(w, m, x)) {
+    decode_linear(element_, x, static_cast<int>(m), w.cols, nullptr, {w.data.data(), true}, w.rows,
+                  bias, false, residual, y, nullptr, stream_);
     return;
   }
   const void* weights = w.q8_0 ? expanded(w) : w.data.data();
@@ -296,21 +349,18 @@ void Pass::step_linear(const void* x, int64_t m, const Linear& layer, void* y,
                        const LayerNorm* norm, bool gelu, const void* residual,
                        const KvScatter* scatter) {
   const Matrix& w = layer.weight;
-  if (w.q8_0) fail("step_linear: Q8_0 weights take Pass::linear");
   if (m > INT32_MAX) fail("step_linear: ", m, " rows are too many for a decode step");
   DecodeNorm decode_norm;
   if (norm != nullptr) decode_norm = DecodeNorm{norm->gamma.data(), norm->beta.data(), norm->eps};
   const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
   decode_linear(element_, x, static_cast<int>(m), w.cols, norm != nullptr ? &decode_norm : nullptr,
-                w.data.data(), w.rows, bias, gelu, residual, y, scatter, stream_);
+                {w.data.data(), w.q8_0}, w.rows, bias, gelu, residual, y, scatter, stream_);
 }
 
 void Pass::linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y) {
-  if (w.q8_0 && m <= kDirectQ8Rows) {
-    f16_logits_.reserve(bytes(m * w.rows));
-    gemv_q8_0(element_, x, m, w.cols, w.data.data(), w.rows, nullptr, nullptr, f16_logits_.data(),
-              stream_);
-    convert(element_, f16_logits_.data(), Element::f32, y, m * w.rows, stream_);
+  if (reads_q8_0_directly(w, m, x)) {
+    decode_linear_f32_out(element_, x, static_cast<int>(m), w.cols, nullptr, {w.data.data(), true},
+                          w.rows, y, stream_);
     return;
   }
   const void* weights = w.q8_0 ? expanded(w) : w.data.data();
@@ -319,10 +369,10 @@ void Pass::linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y) {
 
 void Pass::norm_linear_f32_out(void* x, int64_t m, const LayerNorm& norm, int64_t cols,
                                const Matrix& w, float* y) {
-  if (!w.q8_0 && m <= kMaxStepRows && w.cols % 8 == 0 && aligned16(x) && aligned16(w.data.data())) {
+  if (m <= kMaxStepRows && w.cols % 8 == 0 && aligned16(x) && aligned16(w.data.data())) {
     const DecodeNorm decode_norm{norm.gamma.data(), norm.beta.data(), norm.eps};
-    decode_linear_f32_out(element_, x, static_cast<int>(m), w.cols, &decode_norm, w.data.data(),
-                          w.rows, y, stream_);
+    decode_linear_f32_out(element_, x, static_cast<int>(m), w.cols, &decode_norm,
+                          {w.data.data(), w.q8_0}, w.rows, y, stream_);
     return;
   }
   layer_norm(x, m, norm, cols, x);

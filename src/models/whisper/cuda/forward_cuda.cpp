@@ -387,8 +387,8 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
   const bool prompt_over_int8 =
       cross.storage == CrossKvStorage::int8 && steps <= kStepLikePromptRows;
   reserve_decoder(pass, config, rows, prompt_over_frames ? rows : 0, s);
-  gpu::embed(e, w.tokens.data.data(), w.tokens.q8_0, w.decoder_positions.data(), ids, position_ids,
-             rows, d, s.x.data(), pass.stream());
+  gpu::embed(e, w.tokens.data.data(), gpu::q8_0_scales(w.tokens), w.decoder_positions.data(), ids,
+             position_ids, rows, d, s.x.data(), pass.stream());
   auto self_attend = [&](int l, const void* qkv) {
     gpu::append_kv(e, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, steps * 3 * d, batch, steps,
                    d, caches.keys(l, first), caches.values(l, first), caches.sequence_stride(),
@@ -450,16 +450,17 @@ namespace {
 // W once per 16 rows, and up to 8 sequences (its 8-row form) it is the faster one on the H200;
 // from 9 on it multiplies 16 rows and cuBLASLt's products win (large-v3 step, fused vs products:
 // 2.48 vs 2.66 ms at batch 8, 3.73 vs 3.24 at 16; bench/RESULTS.md, tenth session), so larger
-// batches and Q8_0 weights take decoder_blocks' products.
+// batches take decoder_blocks' products. Q8_0 weights take the kernel up to 16 rows either way
+// (Pass::linear), so for them the fused step runs up to 16 sequences.
 //
 // The batch up to which the fused step runs: the environment's HARK_CUDA_FUSED_STEP_MAX_BATCH
-// (0: never) lets a benchmark compare the two forms, else kFusedStepMaxBatch.
-constexpr int kFusedStepMaxBatch = 8;
+// (0: never) lets a benchmark compare the two forms, else kFusedStepMaxBatch(Q8).
+constexpr int kFusedStepMaxBatch = 8, kFusedStepMaxBatchQ8 = 16;
 
-int fused_step_max_batch() {
+int fused_step_max_batch(bool q8_0) {
   static const int value = [] {
     const char* text = std::getenv("HARK_CUDA_FUSED_STEP_MAX_BATCH");
-    if (text == nullptr || *text == '\0') return kFusedStepMaxBatch;
+    if (text == nullptr || *text == '\0') return -1;
     char* end = nullptr;
     const long parsed = std::strtol(text, &end, 10);
     if (*end != '\0' || parsed < 0 || parsed > 16) {
@@ -467,7 +468,8 @@ int fused_step_max_batch() {
     }
     return static_cast<int>(parsed);
   }();
-  return value;
+  if (value >= 0) return value;
+  return q8_0 ? kFusedStepMaxBatchQ8 : kFusedStepMaxBatch;
 }
 
 // A step's cross-attention of decoder layer l: q [batch, d] to s.context, over the K/V of the
@@ -496,10 +498,11 @@ void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, 
 }
 
 bool fused_step_fits(const Config& config, const Weights& w, int batch) {
-  // The kernel moves rows in 16-byte loads: widths must be multiples of 8 values.
-  return batch <= fused_step_max_batch() && config.d_model % 8 == 0 &&
-         config.decoder_ffn % 8 == 0 && !w.decoder_layers.empty() &&
-         !w.decoder_layers[0].fc1.weight.q8_0;
+  // The kernel moves rows in 16-byte loads: widths must be multiples of 8 values (Q8_0 rows are
+  // whole blocks of 32 already).
+  return !w.decoder_layers.empty() &&
+         batch <= fused_step_max_batch(w.decoder_layers[0].fc1.weight.q8_0) &&
+         config.d_model % 8 == 0 && config.decoder_ffn % 8 == 0;
 }
 
 void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
@@ -547,8 +550,8 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   const int64_t d = config.d_model;
   const int heads = config.decoder_heads;
   reserve_decoder(pass, config, batch, cross.storage == CrossKvStorage::frames ? batch : 0, s);
-  gpu::embed(e, w.tokens.data.data(), w.tokens.q8_0, w.decoder_positions.data(), ids, positions,
-             batch, d, s.x.data(), pass.stream());
+  gpu::embed(e, w.tokens.data.data(), gpu::q8_0_scales(w.tokens), w.decoder_positions.data(), ids,
+             positions, batch, d, s.x.data(), pass.stream());
   if (fused_step_fits(config, w, batch)) {
     fused_step_blocks(pass, config, w, caches, batch, positions, lengths, cross_lengths, cross, s);
     return;
