@@ -559,9 +559,13 @@ int bench_whisper(const ParsedArgs& args, const std::string& name, const std::st
   std::fprintf(stderr, "hark: writing random %s weights (%s)...\n", name.data(),
                std::string(dtype_name(type)).c_str());
   whisper::write_random_model(config, type, path, 1234);
+  // The file was just written, so its pages are in memory: the load is the device's start
+  // (on the GPU, its context) and the weights' conversion and upload, not a disk read.
+  const Clock::time_point load_started = Clock::now();
   const auto model = whisper::Model::load(gguf::File::open(path), device);
-  std::printf("model            %s (%s weights, random) on %s\n", name.data(),
-              std::string(dtype_name(type)).c_str(), device_name(device));
+  std::printf("model            %s (%s weights, random) on %s, loaded in %.2f s\n", name.data(),
+              std::string(dtype_name(type)).c_str(), device_name(device),
+              std::chrono::duration<double>(Clock::now() - load_started).count());
   if (device == whisper::Device::cuda) {
     bench_gpu(*model, tokens, windows, spread, batches);
   } else {

@@ -85,9 +85,9 @@ void append_weight(Element element, const Weight& w, std::vector<uint8_t>& out) 
   }
 }
 
-// Rows of a Q8_0 matrix rearranged (q8_0_to_device_layout) and queued at a time: 1,024 rows of
-// Whisper large's fc2 are 5 MiB of quants.
-constexpr int64_t kQ8ChunkRows = 1024;
+// Rows of a Q8_0 matrix rearranged (q8_0_to_device_layout, on all cores) and queued at a time:
+// 2,048 rows of Whisper large's fc2 are 10 MiB of quants.
+constexpr int64_t kQ8ChunkRows = 2048;
 
 // The pieces that go through one staging buffer: large enough for all cores to copy one in
 // together (StagingBuffer::upload_from), small enough that three stay a small page-locked ring.
@@ -101,7 +101,7 @@ void q8_0_to_device_layout(const uint8_t* blocks, int64_t rows, int64_t cols, in
     fail("Q8_0: ", cols, " columns are not whole blocks of ", quant::kQ8BlockValues);
   }
   const int64_t count = rows * cols / static_cast<int64_t>(quant::kQ8BlockValues);
-#pragma omp parallel for schedule(static) if (count > (int64_t{1} << 16))
+#pragma omp parallel for schedule(static) if (count >= (int64_t{1} << 12))
   for (int64_t i = 0; i < count; ++i) {
     const uint8_t* block = blocks + i * static_cast<int64_t>(quant::kQ8BlockBytes);
     scales[i] = little_endian::u16(block);
