@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "compute/cuda/cuda.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/kernels.h"
@@ -361,6 +362,28 @@ TEST(ElementwiseCuda, DequantizeQ8_0MatchesCpu) {
 
 TEST(ElementwiseCuda, DescribeSaysSomething) {
   EXPECT_FALSE(describe().empty());
+}
+
+// The device layout of Q8_0 (a host rearrangement): every quant at its value's place in row
+// order, every scale at its block's, whatever the row length in blocks; a partial block refused.
+TEST(ElementwiseCuda, Q8_0DeviceLayoutKeepsEveryValueInPlace) {
+  for (int64_t cols : {32, 96, 1280}) {
+    const int64_t rows = 3;
+    const std::vector<float> values = random_values(rows * cols, 21, 0.0f, 2.0f);
+    const Q8Matrix m = q8_0_matrix(values, rows, cols);
+    const auto* quants = reinterpret_cast<const int8_t*>(m.device_bytes.data());
+    const auto* scales =
+        reinterpret_cast<const uint16_t*>(m.device_bytes.data() + q8_0_scales_offset(rows, cols));
+    ASSERT_EQ(m.device_bytes.size(), static_cast<size_t>(rows * cols / 32 * 34));
+    for (int64_t i = 0; i < rows * cols; ++i) {
+      const float value = quant::f16_to_f32(scales[i / 32]) * static_cast<float>(quants[i]);
+      ASSERT_EQ(value, m.values[i]) << "cols " << cols << " value " << i;
+    }
+  }
+  const std::vector<uint8_t> blocks(34 * 2);
+  std::vector<int8_t> quants(64);
+  std::vector<uint16_t> scales(2);
+  EXPECT_THROW(q8_0_to_device_layout(blocks.data(), 2, 40, quants.data(), scales.data()), Error);
 }
 
 }  // namespace
