@@ -193,9 +193,11 @@ Matrix Uploader::matrix(std::span<const Weight* const> parts) {
     std::vector<uint16_t> part_scales;
     int64_t row = 0;
     for (const Weight* part : parts) {
-      if (part->nbytes != device_bytes(*part)) {
-        fail("CUDA upload: a Q8_0 matrix of ", part->nbytes, " bytes where its shape takes ",
-             device_bytes(*part));
+      const int64_t blocks = part->rows() * scales_a_row;
+      if (m.cols % static_cast<int64_t>(quant::kQ8BlockValues) != 0 ||
+          part->nbytes != static_cast<size_t>(blocks) * quant::kQ8BlockBytes) {
+        fail("CUDA upload: a Q8_0 matrix of ", part->nbytes, " bytes and ", part->rows(), " × ",
+             m.cols, " values is not whole blocks of ", quant::kQ8BlockValues);
       }
       for (int64_t first = 0; first < part->rows(); first += kQ8ChunkRows) {
         const int64_t count = std::min(kQ8ChunkRows, part->rows() - first);
