@@ -141,8 +141,8 @@ class Pass {
   // y[m, rows of w] = x · Wᵀ in F32 (logits).
   void linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y);
   // y[m, rows of w] = norm(x) · Wᵀ in F32 (logits); x may be overwritten. Up to 16 rows take one
-  // decode_linear launch with the norm fused (one launch instead
-  // of two, W read once); otherwise x is normalised in place, then multiplied.
+  // decode_linear launch with the norm fused (one launch instead of two, W read once); otherwise
+  // x is normalised in place, then multiplied.
   void norm_linear_f32_out(void* x, int64_t m, const LayerNorm& norm, int64_t cols, const Matrix& w,
                            float* y);
   void layer_norm(const void* x, int64_t rows, const LayerNorm& norm, int64_t cols, void* y);
