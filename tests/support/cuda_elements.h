@@ -44,16 +44,23 @@ struct Q8Matrix {
   std::vector<float> values;
 };
 
-inline Q8Matrix q8_0_matrix(const std::vector<float>& values, int64_t rows, int64_t cols) {
-  const std::vector<uint8_t> blocks = quant::from_f32(DType::Q8_0, values.data(), values.size());
+// A matrix [rows, cols] from its GGUF Q8_0 blocks: the device layout, and its values d · q in F32.
+inline Q8Matrix q8_0_matrix_of_blocks(const std::vector<uint8_t>& blocks, int64_t rows,
+                                      int64_t cols) {
   Q8Matrix m;
-  m.values.resize(values.size());
+  m.values.resize(static_cast<size_t>(rows * cols));
   quant::to_f32(DType::Q8_0, blocks.data(), m.values.data(), m.values.size());
   m.device_bytes.resize(blocks.size());
   q8_0_to_device_layout(
       blocks.data(), rows, cols, reinterpret_cast<int8_t*>(m.device_bytes.data()),
       reinterpret_cast<uint16_t*>(m.device_bytes.data() + q8_0_scales_offset(rows, cols)));
   return m;
+}
+
+// The same for F32 values, quantised as a GGUF writer quantises them.
+inline Q8Matrix q8_0_matrix(const std::vector<float>& values, int64_t rows, int64_t cols) {
+  return q8_0_matrix_of_blocks(quant::from_f32(DType::Q8_0, values.data(), values.size()), rows,
+                               cols);
 }
 
 }  // namespace hark::compute::cuda::testing

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -428,6 +429,54 @@ TEST(DecodeLinearCuda, Q8_0Weights) {
   };
   for (Element e : {Element::f16, Element::bf16}) {
     for (const Case& c : cases) check_case(e, c, /*q8_0=*/true);
+  }
+}
+
+// Each Q8_0 weight reaches the tensor cores as d · q rounded once to the element type, exactly as
+// dequantize_q8_0 rounds it: the rows of x are the 256 unit vectors, so each output is one weight
+// times 1 (a sum that is exact), for every quant at every position of a block, and scales from F16
+// subnormals up to 500 (d · 127 stays finite), both signs.
+TEST(DecodeLinearCuda, Q8_0ValuesAreRoundedOnce) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  constexpr int64_t kBlock = 32, k_in = 256, n_out = 1024;
+  constexpr size_t kBlockBytes = 2 + kBlock;  // F16 d, then 32 int8 q
+  std::vector<uint8_t> blocks(static_cast<size_t>(n_out * k_in / kBlock) * kBlockBytes);
+  for (int64_t n = 0; n < n_out; ++n) {
+    // F16 bit patterns 0x0001 … 0x5fd1 (magnitudes up to 500), negative in odd rows.
+    const uint16_t d = static_cast<uint16_t>((1 + (n / 2) * 48) | (n % 2 != 0 ? 0x8000 : 0));
+    for (int64_t k = 0; k < k_in; ++k) {
+      uint8_t* block = blocks.data() + static_cast<size_t>((n * k_in + k) / kBlock) * kBlockBytes;
+      if (k % kBlock == 0) std::memcpy(block, &d, sizeof d);
+      // Every quant −128 … 127 once a row, shifted from row to row.
+      block[2 + k % kBlock] = static_cast<uint8_t>((k + 37 * n) % 256);
+    }
+  }
+  const Q8Matrix w = q8_0_matrix_of_blocks(blocks, n_out, k_in);
+  Buffer weights(w.device_bytes.size());
+  upload(w.device_bytes.data(), w.device_bytes.size(), weights.data());
+  std::vector<float> identity(static_cast<size_t>(k_in * k_in), 0.0f);
+  for (int64_t b = 0; b < k_in; ++b) identity[static_cast<size_t>(b * k_in + b)] = 1.0f;
+
+  for (Element e : {Element::f16, Element::bf16}) {
+    SCOPED_TRACE(element_name(e));
+    const DeviceValues x = upload_values(e, identity);
+    Buffer y(static_cast<size_t>(k_in * n_out) * element_size(e));
+    decode_linear(e, x.data(), static_cast<int>(k_in), k_in, nullptr, {weights.data(), true}, n_out,
+                  nullptr, false, nullptr, y.data(), nullptr, nullptr);
+    const std::vector<float> got = download_values(e, y.data(), static_cast<size_t>(k_in * n_out));
+    const std::vector<float> want = rounded(e, w.values);  // [n_out, k_in]
+    int failures = 0;
+    for (int64_t b = 0; b < k_in && failures < 10; ++b) {
+      for (int64_t n = 0; n < n_out && failures < 10; ++n) {
+        const float expected = want[static_cast<size_t>(n * k_in + b)];
+        const float value = got[static_cast<size_t>(b * n_out + n)];
+        if (value != expected) {
+          ADD_FAILURE() << "W[" << n << ", " << b << "] is " << value << ", want " << expected;
+          ++failures;
+        }
+      }
+    }
   }
 }
 

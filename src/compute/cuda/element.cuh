@@ -139,6 +139,30 @@ __device__ __forceinline__ void int8x4_to_floats(uint32_t word, float* out) {
   }
 }
 
+// The same four bytes times a Q8_0 scale d, as two pairs of halves (the lowest bytes in `low`),
+// each d · q rounded once to F16 as F32's exact product would be: with its sign bit flipped a byte
+// is b + 128, which as the low mantissa byte of 1024 (0x6400) makes the half 1024 + b + 128 (one
+// byte permute a pair); one half2 subtraction leaves b exactly, and one half2 multiply rounds
+// d · b. Seven instructions for four values, where the F32 route takes fourteen.
+__device__ __forceinline__ void q8x4_times_scale(uint32_t word, __half2 scale, uint32_t& low,
+                                                 uint32_t& high) {
+  const uint32_t biased = word ^ 0x80808080u;
+  const __half2 offset = __half2half2(__ushort_as_half(0x6480));  // 1152 = 1024 + 128
+  // Bytes 0 and 1 (then 2 and 3) of the word, each under byte 0x64 of the second operand.
+  const uint32_t pairs[2] = {__byte_perm(biased, 0x64646464u, 0x4140u),
+                             __byte_perm(biased, 0x64646464u, 0x4342u)};
+  uint32_t out[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    __half2 pair;
+    memcpy(&pair, &pairs[i], sizeof pair);
+    const __half2 product = __hmul2(__hsub2(pair, offset), scale);
+    memcpy(&out[i], &product, sizeof product);
+  }
+  low = out[0];
+  high = out[1];
+}
+
 // INT8 quantisation (kernels.h: quantize_int8): the level of x for the inverse 127 / largest of
 // its group's largest magnitude, rounded half to even. |x| ≤ largest keeps it within ±127, so
 // there is nothing to clamp; a group without a finite largest has inverse 0 and levels 0.

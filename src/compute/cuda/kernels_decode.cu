@@ -19,9 +19,10 @@
 //    batch row a lane, added over the row's 4 lanes at the end.
 //  - Q8_0 weights (device layout, kernels.h) stream as their quants, a whole block of 32 a lane's
 //    chunk (two 16-byte loads) and its scale: half as many bytes as F16 for the same loads in
-//    flight, and a scale register per 32 values. Each value becomes d · q in F32, rounded to the
-//    element type as dequantize_q8_0 rounds it, and then takes the F16/BF16 path's tensor-core
-//    products: a chunk is eight mma instead of two.
+//    flight, and a scale register per 32 values. Each value becomes d · q rounded once to the
+//    element type, as dequantize_q8_0 rounds it: for F16 in half2 arithmetic (q8x4_times_scale,
+//    exact before its one rounding), for BF16 through F32. Then the values take the F16/BF16
+//    path's tensor-core products: a chunk is eight mma instead of two.
 //  - Small matrices have too few tiles to keep the GPU busy: `split` warps of a block share a
 //    tile, each taking every split-th chunk, and add up their sums through shared memory.
 #include <cuda_bf16.h>
@@ -261,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
   auto chunk_of = [&](int64_t group, int u) { return part + split * (group * kGroupChunks + u); };
 
   uint4 w[kUnroll<T>];
-  float scale[kQ8 ? kGroupChunks : 1];  // Q8_0: the scale of each chunk's block
+  __half scale[kQ8 ? kGroupChunks : 1];  // Q8_0: the scale of each chunk's block
   auto load_group = [&](int64_t group) {
 #pragma unroll
     for (int u = 0; u < kGroupChunks; ++u) {
@@ -274,7 +275,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
         const auto* quants = reinterpret_cast<const uint4*>(quants_row + k);
         w[2 * u] = loads ? __ldcs(quants) : make_uint4(0, 0, 0, 0);
         w[2 * u + 1] = loads ? __ldcs(quants + 1) : make_uint4(0, 0, 0, 0);
-        scale[u] = loads ? __half2float(scales_row[k / kQ8Values]) : 0.0f;
+        scale[u] = loads ? scales_row[k / kQ8Values] : __ushort_as_half(0);
       } else {
         w[u] = loads ? __ldcs(reinterpret_cast<const uint4*>(w_row + k)) : make_uint4(0, 0, 0, 0);
       }
@@ -292,7 +293,9 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
     // values 0–3 are the first mma's k {2t, 2t + 1, 2t + 8, 2t + 9}, 4–7 the second's.
     // Rows past the batch multiply zeros. Their lanes read the last staged row (so every read
     // stays inside the staged rows, and no branch comes near the mma) and drop what they read.
-    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // Two accumulators, one for each of a multiply's two mma: each mma waits for the one before
+    // it on its accumulator, so two halve that chain (a Q8_0 chunk is eight mma).
+    float sums[4] = {0.0f, 0.0f, 0.0f, 0.0f}, other_sums[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int last_row = p.batch - 1;
     const bool low_rows = g < p.batch, high_rows = g + 8 < p.batch;
     const T* x_low = xs + min(g, last_row) * p.stride + t * kLane;
@@ -315,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
       // and "k 2t + 8, 2t + 9" with any four values of x and the same four of W.
       const uint32_t first[4] = {lo.x, hi.x, lo.y, hi.y}, second[4] = {lo.z, hi.z, lo.w, hi.w};
       mma_16816<T>(sums, first, weights.x, weights.y);
-      mma_16816<T>(sums, second, weights.z, weights.w);
+      mma_16816<T>(other_sums, second, weights.z, weights.w);
     };
     for (int64_t group = 0; group < groups; ++group) {
       if (group > 0) load_group(group);
@@ -324,8 +327,22 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
         const int64_t c = chunk_of(group, u);
         if (c >= n_chunks) break;  // the same for the whole warp
         const int64_t k = c * kK;
-        if constexpr (kQ8) {
-          // The lane's block as four packs of 8 values d · q (exact in F32, then rounded).
+        if constexpr (kQ8 && std::is_same_v<T, __half>) {
+          // The lane's block as four packs of 8 values d · q, each rounded once to F16, in
+          // half2 arithmetic (q8x4_times_scale).
+          const __half2 d = __half2half2(scale[u]);
+#pragma unroll
+          for (int quarter = 0; quarter < 4; ++quarter) {
+            const uint4& quants = w[2 * u + quarter / 2];
+            uint4 values;
+            q8x4_times_scale(quarter % 2 == 0 ? quants.x : quants.z, d, values.x, values.y);
+            q8x4_times_scale(quarter % 2 == 0 ? quants.y : quants.w, d, values.z, values.w);
+            multiply(k + 8 * quarter, values);
+          }
+        } else if constexpr (kQ8) {
+          // BF16 has too few mantissa bits for the half2 route: the lane's block as four packs of
+          // 8 values d · q, exact in F32, then rounded.
+          const float d = __half2float(scale[u]);
 #pragma unroll
           for (int quarter = 0; quarter < 4; ++quarter) {
             const uint4& quants = w[2 * u + quarter / 2];
@@ -333,7 +350,7 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
             int8x4_to_floats(quarter % 2 == 0 ? quants.x : quants.z, values);
             int8x4_to_floats(quarter % 2 == 0 ? quants.y : quants.w, values + 4);
 #pragma unroll
-            for (int i = 0; i < 8; ++i) values[i] *= scale[u];
+            for (int i = 0; i < 8; ++i) values[i] *= d;
             multiply(k + 8 * quarter, pack<T>(values));
           }
         } else {
@@ -341,6 +358,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
         }
       }
     }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) sums[i] += other_sums[i];
     if (split > 1) {
       if (part != 0) {
         *reinterpret_cast<float4*>(mine + lane * 4) =
