@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "compute/cuda/kernels.h"
@@ -61,6 +62,24 @@ inline Q8Matrix q8_0_matrix_of_blocks(const std::vector<uint8_t>& blocks, int64_
 inline Q8Matrix q8_0_matrix(const std::vector<float>& values, int64_t rows, int64_t cols) {
   return q8_0_matrix_of_blocks(quant::from_f32(DType::Q8_0, values.data(), values.size()), rows,
                                cols);
+}
+
+// A Q8_0 matrix [rows, 256] of every quant at every position of a block (row n, column k: the
+// byte (k + 37 n) mod 256), with one scale a row: the F16 bit patterns 1 + 48 · (n / 2), negative
+// in odd rows. From F16 subnormals up; rows ≤ 1,024 keep d · 127 finite in F16 (d ≤ 500).
+inline Q8Matrix q8_0_matrix_of_every_quant(int64_t rows) {
+  constexpr int64_t kBlock = 32, cols = 256;
+  constexpr size_t kBlockBytes = 2 + kBlock;  // F16 d, then 32 int8 q
+  std::vector<uint8_t> blocks(static_cast<size_t>(rows * cols / kBlock) * kBlockBytes);
+  for (int64_t n = 0; n < rows; ++n) {
+    const uint16_t d = static_cast<uint16_t>((1 + (n / 2) * 48) | (n % 2 != 0 ? 0x8000 : 0));
+    for (int64_t k = 0; k < cols; ++k) {
+      uint8_t* block = blocks.data() + static_cast<size_t>((n * cols + k) / kBlock) * kBlockBytes;
+      if (k % kBlock == 0) std::memcpy(block, &d, sizeof d);
+      block[2 + k % kBlock] = static_cast<uint8_t>((k + 37 * n) % 256);
+    }
+  }
+  return q8_0_matrix_of_blocks(blocks, rows, cols);
 }
 
 }  // namespace hark::compute::cuda::testing

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -435,24 +434,12 @@ TEST(DecodeLinearCuda, Q8_0Weights) {
 // Each Q8_0 weight reaches the tensor cores as d · q rounded once to the element type, exactly as
 // dequantize_q8_0 rounds it: the rows of x are the 256 unit vectors, so each output is one weight
 // times 1 (a sum that is exact), for every quant at every position of a block, and scales from F16
-// subnormals up to 500 (d · 127 stays finite), both signs.
+// subnormals up to 500, both signs (q8_0_matrix_of_every_quant).
 TEST(DecodeLinearCuda, Q8_0ValuesAreRoundedOnce) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  constexpr int64_t kBlock = 32, k_in = 256, n_out = 1024;
-  constexpr size_t kBlockBytes = 2 + kBlock;  // F16 d, then 32 int8 q
-  std::vector<uint8_t> blocks(static_cast<size_t>(n_out * k_in / kBlock) * kBlockBytes);
-  for (int64_t n = 0; n < n_out; ++n) {
-    // F16 bit patterns 0x0001 … 0x5fd1 (magnitudes up to 500), negative in odd rows.
-    const uint16_t d = static_cast<uint16_t>((1 + (n / 2) * 48) | (n % 2 != 0 ? 0x8000 : 0));
-    for (int64_t k = 0; k < k_in; ++k) {
-      uint8_t* block = blocks.data() + static_cast<size_t>((n * k_in + k) / kBlock) * kBlockBytes;
-      if (k % kBlock == 0) std::memcpy(block, &d, sizeof d);
-      // Every quant −128 … 127 once a row, shifted from row to row.
-      block[2 + k % kBlock] = static_cast<uint8_t>((k + 37 * n) % 256);
-    }
-  }
-  const Q8Matrix w = q8_0_matrix_of_blocks(blocks, n_out, k_in);
+  constexpr int64_t k_in = 256, n_out = 1024;
+  const Q8Matrix w = q8_0_matrix_of_every_quant(n_out);
   Buffer weights(w.device_bytes.size());
   upload(w.device_bytes.data(), w.device_bytes.size(), weights.data());
   std::vector<float> identity(static_cast<size_t>(k_in * k_in), 0.0f);

@@ -347,14 +347,21 @@ TEST(ElementwiseCuda, ConvertMatchesCpu) {
 TEST(ElementwiseCuda, DequantizeQ8_0MatchesCpu) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  const int64_t rows = 5, cols = 96;
-  const Q8Matrix w = q8_0_matrix(random_values(rows * cols, 16, 0.0f, 0.7f), rows, cols);
-  const DeviceBytes device_w = upload_bytes(w.device_bytes);
-  for (Element e : kElements) {
-    const DeviceBytes out = output_buffer(e, rows * cols);
-    dequantize_q8_0(device_w.data(), rows, cols, e, out.data(), nullptr);
-    expect_equal(download_values(e, out.data(), rows * cols), rounded(e, w.values),
-                 element_name(e));
+  // Random weights, and every quant at every position of a block with scales from F16
+  // subnormals up.
+  const Q8Matrix matrices[] = {q8_0_matrix(random_values(5 * 96, 16, 0.0f, 0.7f), 5, 96),
+                               q8_0_matrix_of_every_quant(1024)};
+  const int64_t shapes[][2] = {{5, 96}, {1024, 256}};
+  for (int m = 0; m < 2; ++m) {
+    const Q8Matrix& w = matrices[m];
+    const int64_t rows = shapes[m][0], cols = shapes[m][1];
+    const DeviceBytes device_w = upload_bytes(w.device_bytes);
+    for (Element e : kElements) {
+      const DeviceBytes out = output_buffer(e, rows * cols);
+      dequantize_q8_0(device_w.data(), rows, cols, e, out.data(), nullptr);
+      expect_equal(download_values(e, out.data(), rows * cols), rounded(e, w.values),
+                   std::string(element_name(e)) + " " + std::to_string(rows) + " rows");
+    }
   }
 }
 

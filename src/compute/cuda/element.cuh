@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <type_traits>
 #include <utility>
 
 #include "base/error.h"
@@ -161,6 +162,32 @@ __device__ __forceinline__ void q8x4_times_scale(uint32_t word, __half2 scale, u
   }
   low = out[0];
   high = out[1];
+}
+
+// Eight values d · q of a Q8_0 block (their quants in two words, the lowest byte first) as a
+// 16-byte pack of F16 or BF16, each rounded once, as dequantize_q8_0 rounds d · q: F16 in half2
+// arithmetic (above), BF16 through F32, where d · q is exact (its 8 mantissa bits cannot hold
+// 1152 + q).
+template <class T>
+__device__ __forceinline__ uint4 q8x8_times_scale(uint32_t low_word, uint32_t high_word,
+                                                  __half scale) {
+  static_assert(sizeof(T) == 2, "a pack of eight 16-bit values");
+  uint4 pack;
+  if constexpr (std::is_same_v<T, __half>) {
+    const __half2 scales = __half2half2(scale);
+    q8x4_times_scale(low_word, scales, pack.x, pack.y);
+    q8x4_times_scale(high_word, scales, pack.z, pack.w);
+  } else {
+    float products[8];
+    int8x4_to_floats(low_word, products);
+    int8x4_to_floats(high_word, products + 4);
+    const float d = __half2float(scale);
+    T values[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) values[i] = from_float<T>(products[i] * d);
+    memcpy(&pack, values, sizeof pack);
+  }
+  return pack;
 }
 
 // INT8 quantisation (kernels.h: quantize_int8): the level of x for the inverse 127 / largest of

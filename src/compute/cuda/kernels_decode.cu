@@ -20,8 +20,8 @@
 //  - Q8_0 weights (device layout, kernels.h) stream as their quants, a whole block of 32 a lane's
 //    chunk (two 16-byte loads) and its scale: half as many bytes as F16 for the same loads in
 //    flight, and a scale register per 32 values. Each value becomes d · q rounded once to the
-//    element type, as dequantize_q8_0 rounds it: for F16 in half2 arithmetic (q8x4_times_scale,
-//    exact before its one rounding), for BF16 through F32. Then the values take the F16/BF16
+//    element type, as dequantize_q8_0 rounds it (q8x8_times_scale: for F16 in half2 arithmetic,
+//    exact before its one rounding; for BF16 through F32). Then the values take the F16/BF16
 //    path's tensor-core products: a chunk is eight mma instead of two.
 //  - Small matrices have too few tiles to keep the GPU busy: `split` warps of a block share a
 //    tile, each taking every split-th chunk, and add up their sums through shared memory.
@@ -327,31 +327,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
         const int64_t c = chunk_of(group, u);
         if (c >= n_chunks) break;  // the same for the whole warp
         const int64_t k = c * kK;
-        if constexpr (kQ8 && std::is_same_v<T, __half>) {
-          // The lane's block as four packs of 8 values d · q, each rounded once to F16, in
-          // half2 arithmetic (q8x4_times_scale).
-          const __half2 d = __half2half2(scale[u]);
+        if constexpr (kQ8) {
+          // The lane's block as four packs of 8 values d · q.
 #pragma unroll
           for (int quarter = 0; quarter < 4; ++quarter) {
             const uint4& quants = w[2 * u + quarter / 2];
-            uint4 values;
-            q8x4_times_scale(quarter % 2 == 0 ? quants.x : quants.z, d, values.x, values.y);
-            q8x4_times_scale(quarter % 2 == 0 ? quants.y : quants.w, d, values.z, values.w);
-            multiply(k + 8 * quarter, values);
-          }
-        } else if constexpr (kQ8) {
-          // BF16 has too few mantissa bits for the half2 route: the lane's block as four packs of
-          // 8 values d · q, exact in F32, then rounded.
-          const float d = __half2float(scale[u]);
-#pragma unroll
-          for (int quarter = 0; quarter < 4; ++quarter) {
-            const uint4& quants = w[2 * u + quarter / 2];
-            float values[8];
-            int8x4_to_floats(quarter % 2 == 0 ? quants.x : quants.z, values);
-            int8x4_to_floats(quarter % 2 == 0 ? quants.y : quants.w, values + 4);
-#pragma unroll
-            for (int i = 0; i < 8; ++i) values[i] *= d;
-            multiply(k + 8 * quarter, pack<T>(values));
+            const bool first_half = quarter % 2 == 0;
+            multiply(k + 8 * quarter,
+                     q8x8_times_scale<T>(first_half ? quants.x : quants.z,
+                                         first_half ? quants.y : quants.w, scale[u]));
           }
         } else {
           multiply(k, w[u]);

@@ -336,10 +336,30 @@ __global__ void convert_kernel(const From* x, To* y, int64_t packs) {
   }
 }
 
+// 16 quants a thread (one 16-byte load, half a block: one scale), 16 values out.
 template <class T>
-__global__ void dequantize_q8_0_kernel(const int8_t* quants, const __half* scales, int64_t count,
+__global__ void dequantize_q8_0_kernel(const uint4* quants, const __half* scales, int64_t packs,
                                        T* out) {
-  HARK_FLAT_LOOP(i, count) out[i] = from_float<T>(q8_0_value(quants, scales, i));
+  HARK_FLAT_LOOP(pack, packs) {
+    const uint4 q = quants[pack];
+    const __half scale = scales[pack / 2];
+    T* const target = out + pack * 16;
+    if constexpr (sizeof(T) == 2) {
+      reinterpret_cast<uint4*>(target)[0] = q8x8_times_scale<T>(q.x, q.y, scale);
+      reinterpret_cast<uint4*>(target)[1] = q8x8_times_scale<T>(q.z, q.w, scale);
+    } else {
+      const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+      const float d = __half2float(scale);
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        float values[4];
+        int8x4_to_floats(words[w], values);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) values[i] *= d;
+        store_pack(values, target + 4 * w);
+      }
+    }
+  }
 }
 
 #undef HARK_ROW_LOOP
@@ -535,14 +555,18 @@ void dequantize_q8_0(const void* w, int64_t rows, int64_t cols, Element e, void*
   const int64_t count = rows * cols;
   if (count <= 0) return;
   if (cols % 32 != 0) fail("dequantize_q8_0: ", cols, " columns are not whole blocks of 32");
+  if (!aligned(w, 16) || !aligned(out, 16)) {
+    fail("dequantize_q8_0: the matrix and the output must be 16-byte aligned");
+  }
   constexpr int kThreads = 256;
-  const auto* quants = static_cast<const int8_t*>(w);
+  const int64_t packs = count / 16;
+  const auto* quants = static_cast<const uint4*>(w);
   const auto* scales = reinterpret_cast<const __half*>(static_cast<const uint8_t*>(w) +
                                                        q8_0_scales_offset(rows, cols));
   with_type(e, [&](auto tag) {
     using T = decltype(tag);
-    dequantize_q8_0_kernel<T><<<flat_blocks(count, kThreads), kThreads, 0, stream>>>(
-        quants, scales, count, static_cast<T*>(out));
+    dequantize_q8_0_kernel<T><<<flat_blocks(packs, kThreads), kThreads, 0, stream>>>(
+        quants, scales, packs, static_cast<T*>(out));
     check_launch("dequantize_q8_0");
   });
 }
