@@ -41,6 +41,7 @@ inline std::vector<float> rounded(Element e, const std::vector<float>& values) {
 // `values` [rows, cols] quantised to Q8_0: its bytes in the device layout (kernels.h), and the
 // values the blocks stand for (d · q in F32).
 struct Q8Matrix {
+  int64_t rows = 0, cols = 0;
   std::vector<uint8_t> device_bytes;
   std::vector<float> values;
 };
@@ -49,6 +50,8 @@ struct Q8Matrix {
 inline Q8Matrix q8_0_matrix_of_blocks(const std::vector<uint8_t>& blocks, int64_t rows,
                                       int64_t cols) {
   Q8Matrix m;
+  m.rows = rows;
+  m.cols = cols;
   m.values.resize(static_cast<size_t>(rows * cols));
   quant::to_f32(DType::Q8_0, blocks.data(), m.values.data(), m.values.size());
   m.device_bytes.resize(blocks.size());

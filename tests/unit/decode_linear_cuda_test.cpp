@@ -451,19 +451,16 @@ TEST(DecodeLinearCuda, Q8_0ValuesAreRoundedOnce) {
     Buffer y(static_cast<size_t>(k_in * n_out) * element_size(e));
     decode_linear(e, x.data(), static_cast<int>(k_in), k_in, nullptr, {weights.data(), true}, n_out,
                   nullptr, false, nullptr, y.data(), nullptr, nullptr);
-    const std::vector<float> got = download_values(e, y.data(), static_cast<size_t>(k_in * n_out));
-    const std::vector<float> want = rounded(e, w.values);  // [n_out, k_in]
-    int failures = 0;
-    for (int64_t b = 0; b < k_in && failures < 10; ++b) {
-      for (int64_t n = 0; n < n_out && failures < 10; ++n) {
-        const float expected = want[static_cast<size_t>(n * k_in + b)];
-        const float value = got[static_cast<size_t>(b * n_out + n)];
-        if (value != expected) {
-          ADD_FAILURE() << "W[" << n << ", " << b << "] is " << value << ", want " << expected;
-          ++failures;
-        }
+    // y [k_in, n_out] is W [n_out, k_in] transposed, each value exactly.
+    const std::vector<float> rows_of_w = rounded(e, w.values);
+    std::vector<double> want(static_cast<size_t>(k_in * n_out));
+    for (int64_t b = 0; b < k_in; ++b) {
+      for (int64_t n = 0; n < n_out; ++n) {
+        want[static_cast<size_t>(b * n_out + n)] = rows_of_w[static_cast<size_t>(n * k_in + b)];
       }
     }
+    expect_near(download_values(e, y.data(), want.size()), want,
+                std::vector<double>(want.size(), 0.0), "y");
   }
 }
 

@@ -349,12 +349,9 @@ TEST(ElementwiseCuda, DequantizeQ8_0MatchesCpu) {
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
   // Random weights, and every quant at every position of a block with scales from F16
   // subnormals up.
-  const Q8Matrix matrices[] = {q8_0_matrix(random_values(5 * 96, 16, 0.0f, 0.7f), 5, 96),
-                               q8_0_matrix_of_every_quant(1024)};
-  const int64_t shapes[][2] = {{5, 96}, {1024, 256}};
-  for (int m = 0; m < 2; ++m) {
-    const Q8Matrix& w = matrices[m];
-    const int64_t rows = shapes[m][0], cols = shapes[m][1];
+  for (const Q8Matrix& w : {q8_0_matrix(random_values(5 * 96, 16, 0.0f, 0.7f), 5, 96),
+                            q8_0_matrix_of_every_quant(1024)}) {
+    const int64_t rows = w.rows, cols = w.cols;
     const DeviceBytes device_w = upload_bytes(w.device_bytes);
     for (Element e : kElements) {
       const DeviceBytes out = output_buffer(e, rows * cols);

@@ -140,6 +140,13 @@ __device__ __forceinline__ void int8x4_to_floats(uint32_t word, float* out) {
   }
 }
 
+// The same four bytes times a Q8_0 scale d in F32, where d · q is exact.
+__device__ __forceinline__ void q8x4_times_scale(uint32_t word, float scale, float* out) {
+  int8x4_to_floats(word, out);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[i] *= scale;
+}
+
 // The same four bytes times a Q8_0 scale d, as two pairs of halves (the lowest bytes in `low`),
 // each d · q rounded once to F16 as F32's exact product would be: with its sign bit flipped a byte
 // is b + 128, which as the low mantissa byte of 1024 (0x6400) makes the half 1024 + b + 128 (one
@@ -179,12 +186,11 @@ __device__ __forceinline__ uint4 q8x8_times_scale(uint32_t low_word, uint32_t hi
     q8x4_times_scale(high_word, scales, pack.z, pack.w);
   } else {
     float products[8];
-    int8x4_to_floats(low_word, products);
-    int8x4_to_floats(high_word, products + 4);
-    const float d = __half2float(scale);
+    q8x4_times_scale(low_word, __half2float(scale), products);
+    q8x4_times_scale(high_word, __half2float(scale), products + 4);
     T values[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) values[i] = from_float<T>(products[i] * d);
+    for (int i = 0; i < 8; ++i) values[i] = from_float<T>(products[i]);
     memcpy(&pack, values, sizeof pack);
   }
   return pack;

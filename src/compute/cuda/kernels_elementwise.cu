@@ -349,13 +349,10 @@ __global__ void dequantize_q8_0_kernel(const uint4* quants, const __half* scales
       reinterpret_cast<uint4*>(target)[1] = q8x8_times_scale<T>(q.z, q.w, scale);
     } else {
       const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-      const float d = __half2float(scale);
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
         float values[4];
-        int8x4_to_floats(words[w], values);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) values[i] *= d;
+        q8x4_times_scale(words[w], __half2float(scale), values);
         store_pack(values, target + 4 * w);
       }
     }
