@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "base/error.h"
 #include "compute/cuda/cuda.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/kernels.h"
@@ -771,6 +772,102 @@ TEST(DecodeAttentionInt8Cuda, StaysNearTheUnquantisedValues) {
                 element_name(e), comparison.relative());
     comparison.expect_within(3e-2);
   }
+}
+
+// ---- the query inside the attention -------------------------------------------------------------
+
+// decode_attention over native and INT8 K/V, computing its query from x (AttentionQuery), against
+// the same attention after decode_linear's query (norm, product, bias): the arithmetic differs only
+// in the order of the product's sums, so the outputs agree to about one rounding of q.
+void check_fused_query(Element e, int heads, int64_t d, int batch) {
+  SCOPED_TRACE(std::string(element_name(e)) + " heads " + std::to_string(heads) + " d " +
+               std::to_string(d) + " batch " + std::to_string(batch));
+  const int head_dim = static_cast<int>(d / heads), frames = 1500;
+  const int64_t row = 2 * d;
+  const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+  ASSERT_TRUE(attention_query_fuses(e, batch, heads, head_dim, d));
+  const DeviceArray x = random_array(e, batch * d, 61, 1.0f);
+  const DeviceArray gamma = random_array(e, d, 62, 1.0f), beta = random_array(e, d, 63, 0.5f);
+  const DeviceArray w = random_array(e, d * d, 64, 0.05f), bias = random_array(e, d, 65, 0.5f);
+  const DeviceArray kv_values = random_array(e, batch * frames * row, 66, 1.0f);
+  Buffer lengths = upload_ints(std::vector<int32_t>(batch, frames));
+  const std::vector<float> zeros(batch * d, 0.0f);
+  const DeviceArray q = upload_values(e, zeros);
+  const DecodeNorm norm{gamma.buffer.data(), beta.buffer.data(), 1e-5f};
+  decode_linear(e, x.buffer.data(), batch, d, &norm, {w.buffer.data(), false}, d,
+                bias.buffer.data(), false, nullptr, q.buffer.data(), nullptr, nullptr);
+  const AttentionQuery query{x.buffer.data(),    d,     gamma.buffer.data(),
+                             beta.buffer.data(), 1e-5f, w.buffer.data(),
+                             bias.buffer.data()};
+
+  const auto compare = [&](const DeviceArray& want, const DeviceArray& got, const char* what) {
+    check(cudaDeviceSynchronize(), "fused query test");
+    const std::vector<float> wanted = read_back(e, want.buffer, batch * d);
+    const std::vector<float> gotten = read_back(e, got.buffer, batch * d);
+    Comparison comparison;
+    for (int64_t i = 0; i < batch * d; ++i) {
+      comparison.add(gotten[i], wanted[i], std::string(what) + " value " + std::to_string(i));
+    }
+    comparison.expect_within(e == Element::f16 ? 5e-3 : 2e-2);
+  };
+
+  const void* keys = kv_values.buffer.data();
+  const void* values = kv_values.buffer.as<uint8_t>() + d * element_size(e);
+  const DeviceArray separate = upload_values(e, zeros), fused = upload_values(e, zeros);
+  decode_attention(e, q.buffer.data(), d, keys, values, row, frames * row, lengths.as<int32_t>(),
+                   separate.buffer.data(), d, batch, heads, head_dim, scale, nullptr);
+  decode_attention(e, nullptr, 0, keys, values, row, frames * row, lengths.as<int32_t>(),
+                   fused.buffer.data(), d, batch, heads, head_dim, scale, nullptr, &query);
+  compare(separate, fused, "native");
+
+  Buffer quants(batch * frames * row), scales(sizeof(float) * batch * frames * 2 * heads);
+  quantize_int8(e, kv_values.buffer.data(), 0, int64_t{batch} * frames, row, head_dim, frames,
+                quants.as<int8_t>(), scales.as<float>(), nullptr);
+  Int8Kv kv;
+  kv.strides = group_major_strides(row, head_dim, frames);
+  kv.k = quants.as<int8_t>();
+  kv.v = kv.k + heads * kv.strides.group_stride;
+  kv.k_scales = scales.as<float>();
+  kv.v_scales = kv.k_scales + heads * kv.strides.scale_group_stride;
+  const DeviceArray separate_int8 = upload_values(e, zeros), fused_int8 = upload_values(e, zeros);
+  decode_attention_int8(e, q.buffer.data(), d, kv, lengths.as<int32_t>(),
+                        separate_int8.buffer.data(), d, batch, heads, head_dim, scale, nullptr);
+  decode_attention_int8(e, nullptr, 0, kv, lengths.as<int32_t>(), fused_int8.buffer.data(), d,
+                        batch, heads, head_dim, scale, nullptr, 1, &query);
+  compare(separate_int8, fused_int8, "INT8");
+}
+
+TEST(DecodeAttentionCuda, ComputesItsOwnQuery) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  for (Element e : {Element::f16, Element::bf16}) {
+    // Whisper large (keys split 8 ways at batch 1, 4 ways at 5) and tiny (6 heads of 64).
+    for (int batch : {1, 5}) check_fused_query(e, 20, 1280, batch);
+    for (int batch : {1, 4}) check_fused_query(e, 6, 384, batch);
+  }
+}
+
+TEST(DecodeAttentionCuda, FusedQueryShapes) {
+  EXPECT_TRUE(attention_query_fuses(Element::f16, 1, 20, 64, 1280));
+  EXPECT_TRUE(attention_query_fuses(Element::bf16, 6, 20, 64, 1280));
+  EXPECT_FALSE(attention_query_fuses(Element::f16, 7, 20, 64, 1280));  // 2 CTAs a head's keys
+  EXPECT_FALSE(attention_query_fuses(Element::f32, 1, 20, 64, 1280));
+  EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 128, 2560));  // head_dim, d too large
+  EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 64, 1284));   // d not whole packs
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  // A query the kernel cannot compute is an error, not a wrong result.
+  const int batch = 8, heads = 20, head_dim = 64;
+  const int64_t d = 1280;
+  const DeviceArray x = random_array(Element::f16, batch * d, 71, 1.0f);
+  const DeviceArray out = random_array(Element::f16, batch * d, 72, 1.0f);
+  Buffer lengths = upload_ints(std::vector<int32_t>(batch, 4));
+  const AttentionQuery query{x.buffer.data(), d,      x.buffer.data(), x.buffer.data(), 1e-5f,
+                             x.buffer.data(), nullptr};
+  EXPECT_THROW(decode_attention(Element::f16, nullptr, 0, x.buffer.data(), x.buffer.data(), d, 0,
+                                lengths.as<int32_t>(), out.buffer.data(), d, batch, heads, head_dim,
+                                0.125f, nullptr, &query),
+               Error);
 }
 
 // ---- append_kv ---------------------------------------------------------------------------------

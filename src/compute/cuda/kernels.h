@@ -136,10 +136,38 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
 // graph serves every step). out [batch, heads · head_dim] (row stride out_stride).
 // Launched as a programmatic dependent of the kernel before it: its blocks may start while that
 // one finishes, and wait for it before they read anything.
+//
+// With `query` (AttentionQuery, below), the kernel computes q itself from x (q and q_stride are
+// not read).
+struct AttentionQuery;
 void decode_attention(Element e, const void* q, int64_t q_stride, const void* k, const void* v,
                       int64_t kv_row_stride, int64_t kv_batch_stride, const int32_t* lengths,
                       void* out, int64_t out_stride, int batch, int heads, int head_dim,
-                      float scale, cudaStream_t stream);
+                      float scale, cudaStream_t stream, const AttentionQuery* query = nullptr);
+
+// A decode step's cross-attention query, computed by decode_attention (or decode_attention_int8)
+// instead of a launch of its own: for query row b, q_b = h_b · Wᵀ + bias over the head's rows of
+// W, with h_b = layer_norm(x_b) (gamma, beta, eps; F32 statistics) rounded to the element type
+// as decode_linear stages it, and q_b rounded to it as decode_linear stores it; only the order
+// of the sums differs from decode_linear. Each CTA of a (row, head) cluster computes
+// head_dim / splits of the head's rows and reads the others' through distributed shared memory:
+// the step saves a launch a layer and q's round trip through memory. x [batch, d], W
+// [heads · head_dim, d], gamma, beta [d], bias [heads · head_dim] (null: none), of the element
+// type; x, W, gamma and beta 16-byte aligned. Takes the shapes attention_query_fuses accepts
+// (throws hark::Error otherwise).
+struct AttentionQuery {
+  const void* x = nullptr;
+  int64_t d = 0;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  float eps = 1e-5f;
+  const void* w = nullptr;
+  const void* bias = nullptr;
+};
+// 16-bit elements, head_dim up to 64, d a multiple of 8 up to 1280, one query row a sequence,
+// and few enough (row, head) pairs that each one's keys are split among at least 4 CTAs (so that
+// a CTA computes at most a quarter of a head's rows): with Whisper large's 20 heads, up to 6 rows.
+bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_t d);
 
 // Keys and values stored as INT8 (Whisper's cross-attention K/V): each group of `group`
 // consecutive values (one head of one row) keeps an F32 scale = max |x| / 127 over the group and
@@ -194,10 +222,11 @@ struct Int8Kv {
 // With queries_per_sequence P > 1, `batch` counts query rows, a multiple of P, and rows
 // b · P … b · P + P − 1 attend over sequence b's keys and values, lengths[b] of them (a prompt's
 // tokens over their window's cross-attention K/V).
+// With `query`, the kernel computes q as decode_attention does (P must be 1).
 void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int8Kv& kv,
                            const int32_t* lengths, void* out, int64_t out_stride, int batch,
                            int heads, int head_dim, float scale, cudaStream_t stream,
-                           int queries_per_sequence = 1);
+                           int queries_per_sequence = 1, const AttentionQuery* query = nullptr);
 
 // K/V cache append: for b < batch and t < steps, cache row positions[b] + t of sequence b
 // (k_cache/v_cache + b · cache_batch_stride + (positions[b] + t) · width) = row t of new_k/new_v

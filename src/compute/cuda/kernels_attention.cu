@@ -709,27 +709,189 @@ struct KvPlaces {
   int queries_per_sequence = 1;  // query rows b · this … (b + 1) · this − 1 read sequence b
 };
 
+// ---- The query inside the attention (AttentionQuery, kernels.h) ------------------------------
+//
+// A cross-attention's query is the one input of a decode step's attention that the kernel before
+// writes; with it computed here, the step has one launch fewer a layer, and q no round trip through
+// memory. The CTAs of a (sequence, head) cluster each compute head_dim / splits of the head's rows:
+// W's loads first (no kernel writes it, so they go out before the wait for the kernel before),
+// then, after the wait, the first round of keys and values (whose latency the query's chain then
+// hides), then the normalised row of x, staged in shared memory, then a warp a row, its lanes
+// striding d. Large-v3, H200: the step at batch 1 / 4 took 1.508 / 1.945 ms with the query's own
+// launch and 1.462 / 1.821 with it here (bench/RESULTS.md, twenty-third session).
+
+// The fused query's inputs as the kernel reads them; x null: the kernel reads q instead.
+template <class T>
+struct QueryProduct {
+  const T* x = nullptr;
+  const T* gamma = nullptr;
+  const T* beta = nullptr;
+  const T* w = nullptr;
+  const T* bias = nullptr;
+  float eps = 0.0f;
+  int d = 0;
+};
+
+constexpr int kQueryMaxDim = 1280;                         // Whisper large's d
+constexpr int kQueryPacksPerLane = kQueryMaxDim / 8 / 32;  // 16-byte packs of a W row a lane
+constexpr int kQueryPacksPerThread = ceil_div(kQueryMaxDim / 8, kDecodeThreads);  // of x
+constexpr int kQueryMinSplits = 4;
+constexpr int kQueryMaxHeadDim = 64;
+constexpr int kQueryMaxRows = kQueryMaxHeadDim / kQueryMinSplits;  // a CTA's rows of the head
+constexpr int kQueryRowsPerWarp = kQueryMaxRows / kDecodeWarps;
+static_assert(kQueryMaxDim % (8 * 32) == 0, "whole packs a lane");
+
+// The sum over the CTA's threads, returned to every thread; `scratch` holds kDecodeWarps floats.
+__device__ __forceinline__ float decode_block_sum(float value, float* scratch) {
+  value = warp_sum(value);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
+  __syncthreads();
+  float sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; ++w) sum += scratch[w];
+  __syncthreads();  // scratch may be written again
+  return sum;
+}
+
+// A warp's share of W for the fused query: rows warp, warp + kDecodeWarps, … of the CTA's rows
+// of the head, each lane's packs of them.
+struct QueryWeights {
+  uint4 packs[kQueryRowsPerWarp][kQueryPacksPerLane];
+};
+
+// The CTA's rows of the head's query are [split · rows, (split + 1) · rows), rows = head_dim /
+// splits. Loads this warp's share of them: no kernel writes W, so this goes before the wait for
+// the kernel before.
+template <class T>
+__device__ __forceinline__ void load_query_weights(const QueryProduct<T>& qp, int head,
+                                                   int head_dim, int splits, int split,
+                                                   QueryWeights& w) {
+  constexpr int kP = 8;  // 16-bit values a pack
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows = head_dim / splits, packs = qp.d / kP;
+  const int64_t first_row = int64_t{head} * head_dim + int64_t{split} * rows;
+#pragma unroll
+  for (int r = 0; r < kQueryRowsPerWarp; ++r) {
+    const int local = warp + r * kDecodeWarps;
+#pragma unroll
+    for (int i = 0; i < kQueryPacksPerLane; ++i) {
+      const int pack = lane + 32 * i;
+      w.packs[r][i] =
+          local < rows && pack < packs
+              ? *reinterpret_cast<const uint4*>(qp.w + (first_row + local) * qp.d + pack * kP)
+              : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
+// The CTA's rows of the head's query for query row `row` (after the wait), each rounded to T (as
+// decode_linear stores q) and times `scale`, to query_rows. `staged` holds d values of T: the
+// normalised row, rounded to T as decode_linear stages it.
+template <class T>
+__device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, int row, int head,
+                              int head_dim, int splits, int split, float scale, T* staged,
+                              float* query_rows, float* scratch) {
+  constexpr int kP = 8;  // 16-bit values a pack
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int rows = head_dim / splits, packs = qp.d / kP;
+  const int64_t first_row = int64_t{head} * head_dim + int64_t{split} * rows;
+
+  // The row's statistics in F32, as decode_linear's staging computes them.
+  float x[kQueryPacksPerThread][kP];
+  float sum = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQueryPacksPerThread; ++j) {
+    const int pack = threadIdx.x + j * kDecodeThreads;
+#pragma unroll
+    for (int i = 0; i < kP; ++i) x[j][i] = 0.0f;
+    if (pack < packs) to_floats(load_chunk<true, kP>(qp.x + int64_t{row} * qp.d + pack * kP), x[j]);
+#pragma unroll
+    for (int i = 0; i < kP; ++i) sum += x[j][i];
+  }
+  const float mean = decode_block_sum(sum, scratch) / static_cast<float>(qp.d);
+  float squares = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kQueryPacksPerThread; ++j) {
+    if (threadIdx.x + j * kDecodeThreads >= packs) continue;
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      const float centred = x[j][i] - mean;
+      squares = fmaf(centred, centred, squares);
+    }
+  }
+  const float variance = decode_block_sum(squares, scratch) / static_cast<float>(qp.d);
+  const float inverse = 1.0f / sqrtf(variance + qp.eps);
+#pragma unroll
+  for (int j = 0; j < kQueryPacksPerThread; ++j) {
+    const int pack = threadIdx.x + j * kDecodeThreads;
+    if (pack >= packs) continue;
+    float gammas[kP], betas[kP];
+    to_floats(load_chunk<true, kP>(qp.gamma + pack * kP), gammas);
+    to_floats(load_chunk<true, kP>(qp.beta + pack * kP), betas);
+#pragma unroll
+    for (int i = 0; i < kP; ++i) {
+      staged[pack * kP + i] = from_float<T>((x[j][i] - mean) * inverse * gammas[i] + betas[i]);
+    }
+  }
+  __syncthreads();
+
+#pragma unroll
+  for (int r = 0; r < kQueryRowsPerWarp; ++r) {
+    const int local = warp + r * kDecodeWarps;
+    if (local >= rows) break;  // warp-uniform
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kQueryPacksPerLane; ++i) {
+      const int pack = lane + 32 * i;
+      if (pack >= packs) break;
+      Chunk<T, kP> chunk;
+      chunk.bits[0] = w.packs[r][i];
+      float weights[kP], values[kP];
+      to_floats(chunk, weights);
+      to_floats(load_chunk<true, kP>(staged + pack * kP), values);
+#pragma unroll
+      for (int k = 0; k < kP; ++k) dot = fmaf(weights[k], values[k], dot);
+    }
+    dot = warp_sum(dot);
+    if (lane == 0) {
+      if (qp.bias != nullptr) dot += to_float(qp.bias[first_row + local]);
+      query_rows[local] = to_float(from_float<T>(dot)) * scale;
+    }
+  }
+}
+
 // INT8's 16 values a lane would take 168 registers, 3 CTAs an SM; held to 4 CTAs they fit in 128
-// without spilling. Other types keep the compiler's own choice (0: no minimum).
-template <class T, class Kv, bool kVector, int kDims>
-__global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4 : 0)
+// without spilling. Other types keep the compiler's own choice (0: no minimum), and so does the
+// fused query (kQuery: query_product.x is set), whose launches are a few hundred CTAs.
+template <class T, class Kv, bool kVector, int kDims, bool kQuery>
+__global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && !kQuery ? 4 : 0)
     decode_attention_kernel(const T* __restrict__ q, int64_t q_stride, const Kv* __restrict__ k,
                             const Kv* __restrict__ v, KvPlaces kv,
                             const int32_t* __restrict__ lengths, T* __restrict__ out,
-                            int64_t out_stride, int head_dim, int lanes_per_key_log2, float scale) {
+                            int64_t out_stride, int head_dim, int lanes_per_key_log2, float scale,
+                            const QueryProduct<T> query_product) {
   constexpr bool kInt8 = std::is_same_v<Kv, int8_t>;
   __shared__ float warp_max_values[kDecodeWarps], warp_sums[kDecodeWarps];
   __shared__ float warp_outputs[kDecodeWarps][kMaxHeadDim];
   __shared__ float block_max, block_sum;
   __shared__ float block_output[kMaxHeadDim];
+  __shared__ float query_rows[kQueryMaxRows];
+  extern __shared__ __align__(16) unsigned char decode_shared[];  // the fused query's row of x
+  namespace cg = cooperative_groups;
 
   // The next step's linear layer may load its weights meanwhile (it waits for this grid before it
   // reads the context written here). This one, launched as a dependent too, waits for the kernel
-  // before it (which writes q, and for a self-attention this step's K and V) before it reads.
+  // before it (which writes q, or x for the fused query, and for a self-attention this step's K
+  // and V) before it reads.
   allow_dependent_kernels();
-  wait_for_prerequisite_kernels();
   const int splits = gridDim.x, split = blockIdx.x;
   const int head = blockIdx.y, query_row = blockIdx.z;
+  static_assert(!kQuery || sizeof(T) == 2, "the fused query is for 16-bit types");
+  QueryWeights query_weights;
+  if constexpr (kQuery) {
+    load_query_weights(query_product, head, head_dim, splits, split, query_weights);
+  }
+  wait_for_prerequisite_kernels();
   const int sequence = query_row / kv.queries_per_sequence;
   const int length = max(lengths[sequence], 0);
   const int chunk = (length + splits - 1) / splits;
@@ -743,7 +905,6 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
   const int first_dim = part * kDims;
   const bool active = first_dim < head_dim;
 
-  q += query_row * q_stride + head * head_dim + first_dim;
   const Int8Strides& at = kv.strides;
   k += sequence * at.batch + head * at.group_stride + first_dim;
   v += sequence * at.batch + head * at.group_stride + first_dim;
@@ -752,8 +913,11 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
   const float* const v_scales = kv.v_scales + scales_at;
 
   float query[kDims];
+  if constexpr (!kQuery) {
+    q += query_row * q_stride + head * head_dim + first_dim;
 #pragma unroll
-  for (int i = 0; i < kDims; ++i) query[i] = active ? to_float(q[i]) * scale : 0.0f;
+    for (int i = 0; i < kDims; ++i) query[i] = active ? to_float(q[i]) * scale : 0.0f;
+  }
 
   // Slot s of warp w takes keys begin + w·slots_per_warp + s + u·slots + t·stride. The loop is
   // warp-uniform (the lane-group sums shuffle across the whole warp), and the keys of the next
@@ -784,6 +948,22 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
     }
   };
   load_round(warp_begin, keys, values, key_scales, value_scales);
+
+  // The fused query, computed with the first keys' loads already on their way.
+  if constexpr (kQuery) {
+    compute_query(query_product, query_weights, query_row, head, head_dim, splits, split, scale,
+                  reinterpret_cast<T*>(decode_shared), query_rows, warp_sums);
+    // Every CTA of the cluster has its rows of the head's query (kept until the cluster's last
+    // sync below, after which no CTA reads another's).
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int rows = head_dim / splits;
+#pragma unroll
+    for (int i = 0; i < kDims; ++i) {
+      const int dim = first_dim + i;
+      query[i] = active ? *cluster.map_shared_rank(&query_rows[dim % rows], dim / rows) : 0.0f;
+    }
+  }
 
   float m = -INFINITY, l = 0.0f, acc[kDims] = {};
   for (int first = warp_begin; first < end; first += stride) {
@@ -866,7 +1046,6 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> ? 4
   // The cluster's CTAs: rank 0 reads the others' states from their shared memory.
   if (thread < head_dim) block_output[thread] = block_acc;
   if (thread == 0) block_max = block_m, block_sum = block_l;
-  namespace cg = cooperative_groups;
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();
   if (cluster.block_rank() == 0 && thread < head_dim) {
@@ -1072,20 +1251,62 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
   launch_generic_attention<T>(a, stream);
 }
 
+// The CTAs a decode attention splits each (query row, head) pair's keys among: only while the
+// pairs alone leave the GPU idle.
+int decode_splits(int rows, int heads) {
+  int splits = 1;
+  while (splits < kMaxSplits && int64_t{rows} * heads * splits < kDecodeTargetBlocks) splits *= 2;
+  return splits;
+}
+
 template <class T, class Kv, bool kVector, int kDims>
 void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv* v,
                              const KvPlaces& kv, const int32_t* lengths, T* out, int64_t out_stride,
-                             int batch, int heads, int head_dim, float scale, cudaStream_t stream) {
+                             int batch, int heads, int head_dim, float scale,
+                             const QueryProduct<T>& query, cudaStream_t stream) {
   int lanes_per_key_log2 = 0;
   while ((kDims << lanes_per_key_log2) < head_dim) ++lanes_per_key_log2;
-  // Split keys only while (sequence, head) pairs alone leave the GPU idle.
-  int splits = 1;
-  while (splits < kMaxSplits && batch * heads * splits < kDecodeTargetBlocks) splits *= 2;
+  const int splits = decode_splits(batch, heads);
+  const auto run = [&](auto kernel, size_t shared_bytes) {
+    launch_kernel(kernel, dim3(splits, heads, batch), dim3(kDecodeThreads), shared_bytes, splits,
+                  /*early_start=*/true, stream, "decode attention", q, q_stride, k, v, kv, lengths,
+                  out, out_stride, head_dim, lanes_per_key_log2, scale, query);
+  };
+  if constexpr (sizeof(T) == 2) {
+    if (query.x != nullptr) {
+      return run(decode_attention_kernel<T, Kv, kVector, kDims, true>, query.d * sizeof(T));
+    }
+  }
+  run(decode_attention_kernel<T, Kv, kVector, kDims, false>, 0);
+}
 
-  launch_kernel(decode_attention_kernel<T, Kv, kVector, kDims>, dim3(splits, heads, batch),
-                dim3(kDecodeThreads), 0, splits, /*early_start=*/true, stream, "decode attention",
-                q, q_stride, k, v, kv, lengths, out, out_stride, head_dim, lanes_per_key_log2,
-                scale);
+// The typed pointers of an AttentionQuery, checked against what compute_query takes.
+template <class T>
+QueryProduct<T> query_product(const AttentionQuery* query, Element e, int batch, int heads,
+                              int head_dim, int queries_per_sequence) {
+  QueryProduct<T> product;
+  if (query == nullptr) return product;
+  if (queries_per_sequence != 1 || !attention_query_fuses(e, batch, heads, head_dim, query->d)) {
+    fail("decode attention: cannot compute the query for ", batch, " rows of ", heads, " heads of ",
+         head_dim, " from d = ", query->d, " (", queries_per_sequence,
+         " queries a sequence); see attention_query_fuses");
+  }
+  if (query->x == nullptr || query->w == nullptr || query->gamma == nullptr ||
+      query->beta == nullptr) {
+    fail("decode attention: the query needs x, W, gamma and beta");
+  }
+  for (const void* pointer : {query->x, query->w, query->gamma, query->beta}) {
+    if (!aligned(pointer, 16))
+      fail("decode attention: the query's x, W, gamma and beta must be 16-byte aligned");
+  }
+  product.x = static_cast<const T*>(query->x);
+  product.gamma = static_cast<const T*>(query->gamma);
+  product.beta = static_cast<const T*>(query->beta);
+  product.w = static_cast<const T*>(query->w);
+  product.bias = static_cast<const T*>(query->bias);
+  product.eps = query->eps;
+  product.d = static_cast<int>(query->d);
+  return product;
 }
 
 // T: the queries' and the output's type; Kv: the keys' and values' (T, or int8_t with scales).
@@ -1093,7 +1314,7 @@ template <class T, class Kv>
 void dispatch_decode_attention(const void* q, int64_t q_stride, const void* k, const void* v,
                                const KvPlaces& kv, const int32_t* lengths, void* out,
                                int64_t out_stride, int batch, int heads, int head_dim, float scale,
-                               cudaStream_t stream) {
+                               const QueryProduct<T>& query, cudaStream_t stream) {
   // Whether keys and values move in whole vectors of `bytes` (whole chunks of values a lane).
   const auto vectors_of = [&](size_t bytes) {
     const int64_t values = static_cast<int64_t>(bytes / sizeof(Kv));
@@ -1104,7 +1325,8 @@ void dispatch_decode_attention(const void* q, int64_t q_stride, const void* k, c
   auto launch = [&](auto kernel_vector, auto dims) {
     launch_decode_attention<T, Kv, decltype(kernel_vector)::value, decltype(dims)::value>(
         static_cast<const T*>(q), q_stride, static_cast<const Kv*>(k), static_cast<const Kv*>(v),
-        kv, lengths, static_cast<T*>(out), out_stride, batch, heads, head_dim, scale, stream);
+        kv, lengths, static_cast<T*>(out), out_stride, batch, heads, head_dim, scale, query,
+        stream);
   };
   using Eight = std::integral_constant<int, 8>;
   if constexpr (std::is_same_v<Kv, int8_t>) {
@@ -1201,10 +1423,17 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
   });
 }
 
+bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_t d) {
+  if (e == Element::f32 || batch <= 0 || heads <= 0 || head_dim <= 0) return false;
+  if (head_dim > kQueryMaxHeadDim || d <= 0 || d % 8 != 0 || d > kQueryMaxDim) return false;
+  const int splits = decode_splits(batch, heads);
+  return splits >= kQueryMinSplits && head_dim % splits == 0;
+}
+
 void decode_attention(Element e, const void* q, int64_t q_stride, const void* k, const void* v,
                       int64_t kv_row_stride, int64_t kv_batch_stride, const int32_t* lengths,
                       void* out, int64_t out_stride, int batch, int heads, int head_dim,
-                      float scale, cudaStream_t stream) {
+                      float scale, cudaStream_t stream, const AttentionQuery* query) {
   if (batch <= 0 || heads <= 0) return;
   KvPlaces kv;
   kv.strides.row = kv_row_stride;
@@ -1213,14 +1442,15 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
   with_type(e, [&](auto zero) {
     using T = decltype(zero);
     dispatch_decode_attention<T, T>(q, q_stride, k, v, kv, lengths, out, out_stride, batch, heads,
-                                    head_dim, scale, stream);
+                                    head_dim, scale,
+                                    query_product<T>(query, e, batch, heads, head_dim, 1), stream);
   });
 }
 
 void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int8Kv& kv,
                            const int32_t* lengths, void* out, int64_t out_stride, int batch,
                            int heads, int head_dim, float scale, cudaStream_t stream,
-                           int queries_per_sequence) {
+                           int queries_per_sequence, const AttentionQuery* query) {
   if (batch <= 0 || heads <= 0) return;
   if (queries_per_sequence < 1 || batch % queries_per_sequence != 0) {
     fail("decode_attention_int8: ", batch, " query rows are not a multiple of ",
@@ -1228,9 +1458,10 @@ void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int
   }
   const KvPlaces places{kv.strides, kv.k_scales, kv.v_scales, queries_per_sequence};
   with_type(e, [&](auto zero) {
-    dispatch_decode_attention<decltype(zero), int8_t>(q, q_stride, kv.k, kv.v, places, lengths, out,
-                                                      out_stride, batch, heads, head_dim, scale,
-                                                      stream);
+    using T = decltype(zero);
+    dispatch_decode_attention<T, int8_t>(
+        q, q_stride, kv.k, kv.v, places, lengths, out, out_stride, batch, heads, head_dim, scale,
+        query_product<T>(query, e, batch, heads, head_dim, queries_per_sequence), stream);
   });
 }
 

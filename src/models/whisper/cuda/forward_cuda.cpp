@@ -451,7 +451,9 @@ namespace {
 // from 9 on it multiplies 16 rows and cuBLASLt's products win (large-v3 step, fused vs products:
 // 2.48 vs 2.66 ms at batch 8, 3.73 vs 3.24 at 16; bench/RESULTS.md, tenth session), so larger
 // batches take decoder_blocks' products. Q8_0 weights take the kernel up to 16 rows either way
-// (Pass::linear), so for them the fused step runs up to 16 sequences.
+// (Pass::linear), so for them the fused step runs up to 16 sequences. For a few sequences (up to
+// 6 of large-v3's 20 heads) with 16-bit weights that are not Q8_0, the cross-attention computes
+// its own query (cross_query_fused): 7 launches a layer.
 //
 // The batch up to which the fused step runs: the environment's HARK_CUDA_FUSED_STEP_MAX_BATCH
 // (0: never) lets a benchmark compare the two forms, else kFusedStepMaxBatch(Q8).
@@ -473,10 +475,11 @@ int fused_step_max_batch(bool q8_0) {
 }
 
 // A step's cross-attention of decoder layer l: q [batch, d] to s.context, over the K/V of the
-// windows `cross` names, cross_lengths[b] (= frames) keys each.
+// windows `cross` names, cross_lengths[b] (= frames) keys each. With `query` (native or INT8
+// storage only), the attention computes q itself (gpu::AttentionQuery) and q is not read.
 void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, CrossKv cross,
                        int l, const void* q, int batch, const int32_t* cross_lengths,
-                       DecoderBuffers& s) {
+                       DecoderBuffers& s, const gpu::AttentionQuery* query = nullptr) {
   const gpu::Element e = pass.element();
   const int64_t d = config.d_model, kv_row = 2 * d * config.decoder_layers;
   const int heads = config.decoder_heads;
@@ -489,12 +492,27 @@ void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, 
     const void* keys = offset(cross.kv, 2 * d * l, e);
     gpu::decode_attention(e, q, d, keys, offset(keys, d, e), kv_row, cross.sequence_stride,
                           cross_lengths, s.context.data(), d, batch, heads, head_dim,
-                          w.decoder_scale, pass.stream());
+                          w.decoder_scale, pass.stream(), query);
     return;
   }
   gpu::decode_attention_int8(e, q, d, int8_layer(config, cross, l).kv, cross_lengths,
                              s.context.data(), d, batch, heads, head_dim, w.decoder_scale,
-                             pass.stream());
+                             pass.stream(), 1, query);
+}
+
+// Whether the fused step's cross-attention computes its own query (gpu::AttentionQuery): for
+// K/V stored natively or in INT8, 16-bit weights that are not Q8_0, and the batches the kernel
+// takes it for. HARK_CUDA_FUSED_QUERY=0 keeps the query's own launch (to compare; read once).
+bool cross_query_fused(const Config& config, const Weights& w, CrossKv cross, gpu::Element e,
+                       int batch) {
+  static const bool enabled = [] {
+    const char* value = std::getenv("HARK_CUDA_FUSED_QUERY");
+    return value == nullptr || value[0] != '0';
+  }();
+  const int head_dim = static_cast<int>(config.d_model / config.decoder_heads);
+  return enabled && cross.storage != CrossKvStorage::frames &&
+         !w.decoder_layers[0].cross_q.weight.q8_0 &&
+         gpu::attention_query_fuses(e, batch, config.decoder_heads, head_dim, config.d_model);
 }
 
 bool fused_step_fits(const Config& config, const Weights& w, int batch) {
@@ -511,6 +529,7 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
   const gpu::Element e = pass.element();
   const int64_t d = config.d_model;
   const int heads = config.decoder_heads;
+  const bool query_fused = cross_query_fused(config, w, cross, e, batch);
   for (int l = 0; l < config.decoder_layers; ++l) {
     const DecoderLayer& layer = w.decoder_layers[l];
     // Self-attention: Q to s.q, this token's K and V straight into the caches.
@@ -530,8 +549,20 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
                      s.x.data());
 
     pass.mark("decoder cross-attention");
-    pass.step_linear(s.x.data(), batch, layer.cross_q, s.q.data(), &layer.cross_norm);
-    cross_attend_step(pass, config, w, cross, l, s.q.data(), batch, cross_lengths, s);
+    if (query_fused) {
+      gpu::AttentionQuery query;
+      query.x = s.x.data();
+      query.d = d;
+      query.gamma = layer.cross_norm.gamma.data();
+      query.beta = layer.cross_norm.beta.data();
+      query.eps = layer.cross_norm.eps;
+      query.w = layer.cross_q.weight.data.data();
+      query.bias = layer.cross_q.bias.bytes() > 0 ? layer.cross_q.bias.data() : nullptr;
+      cross_attend_step(pass, config, w, cross, l, nullptr, batch, cross_lengths, s, &query);
+    } else {
+      pass.step_linear(s.x.data(), batch, layer.cross_q, s.q.data(), &layer.cross_norm);
+      cross_attend_step(pass, config, w, cross, l, s.q.data(), batch, cross_lengths, s);
+    }
     pass.step_linear(s.context.data(), batch, layer.cross_out, s.x.data(), nullptr, false,
                      s.x.data());
 
