@@ -727,6 +727,28 @@ TEST(DecodeAttentionInt8Cuda, GraphReadsLengthsAtRunTime) {
 
 // Quantised by quantize_int8 from values of element type e, against the attention over those
 // values themselves: the error INT8 storage adds, reported, and held loosely.
+// K and V [batch, frames, 2 · heads · head_dim] (each row its K heads, then its V heads)
+// quantised group-major as the encoder stores them, and the Int8Kv that reads them.
+struct GroupMajorKv {
+  Buffer values, scales;
+  Int8Kv kv;
+};
+GroupMajorKv quantize_group_major(Element e, const DeviceArray& kv_values, int batch, int frames,
+                                  int heads, int head_dim) {
+  const int64_t row = 2 * int64_t{heads} * head_dim;
+  GroupMajorKv out{
+      Buffer(batch * frames * row), Buffer(sizeof(float) * batch * frames * 2 * heads), {}};
+  quantize_int8(e, kv_values.buffer.data(), 0, int64_t{batch} * frames, row, head_dim, frames,
+                out.values.as<int8_t>(), out.scales.as<float>(), nullptr);
+  Int8Kv& kv = out.kv;
+  kv.strides = group_major_strides(row, head_dim, frames);
+  kv.k = out.values.as<int8_t>();
+  kv.v = kv.k + heads * kv.strides.group_stride;
+  kv.k_scales = out.scales.as<float>();
+  kv.v_scales = kv.k_scales + heads * kv.strides.scale_group_stride;
+  return out;
+}
+
 TEST(DecodeAttentionInt8Cuda, StaysNearTheUnquantisedValues) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
@@ -739,15 +761,9 @@ TEST(DecodeAttentionInt8Cuda, StaysNearTheUnquantisedValues) {
     SCOPED_TRACE(element_name(e));
     const DeviceArray q = random_array(e, batch * width, 51, 1.5f);
     const DeviceArray kv_values = random_array(e, batch * frames * row, 52, 1.0f);
-    Buffer values(batch * frames * row), scales(sizeof(float) * batch * frames * 2 * heads);
-    quantize_int8(e, kv_values.buffer.data(), 0, int64_t{batch} * frames, row, head_dim, frames,
-                  values.as<int8_t>(), scales.as<float>(), nullptr);
-    Int8Kv kv;
-    kv.strides = group_major_strides(row, head_dim, frames);
-    kv.k = values.as<int8_t>();
-    kv.v = kv.k + heads * kv.strides.group_stride;
-    kv.k_scales = scales.as<float>();
-    kv.v_scales = kv.k_scales + heads * kv.strides.scale_group_stride;
+    const GroupMajorKv quantized =
+        quantize_group_major(e, kv_values, batch, frames, heads, head_dim);
+    const Int8Kv& kv = quantized.kv;
     const DeviceArray out = upload_values(e, std::vector<float>(batch * width, 0.0f));
     decode_attention_int8(e, q.buffer.data(), width, kv, lengths.as<int32_t>(), out.buffer.data(),
                           width, batch, heads, head_dim, static_cast<float>(scale), nullptr);
@@ -820,15 +836,8 @@ void check_fused_query(Element e, int heads, int64_t d, int batch) {
                    fused.buffer.data(), d, batch, heads, head_dim, scale, nullptr, &query);
   compare(separate, fused, "native");
 
-  Buffer quants(batch * frames * row), scales(sizeof(float) * batch * frames * 2 * heads);
-  quantize_int8(e, kv_values.buffer.data(), 0, int64_t{batch} * frames, row, head_dim, frames,
-                quants.as<int8_t>(), scales.as<float>(), nullptr);
-  Int8Kv kv;
-  kv.strides = group_major_strides(row, head_dim, frames);
-  kv.k = quants.as<int8_t>();
-  kv.v = kv.k + heads * kv.strides.group_stride;
-  kv.k_scales = scales.as<float>();
-  kv.v_scales = kv.k_scales + heads * kv.strides.scale_group_stride;
+  const GroupMajorKv quantized = quantize_group_major(e, kv_values, batch, frames, heads, head_dim);
+  const Int8Kv& kv = quantized.kv;
   const DeviceArray separate_int8 = upload_values(e, zeros), fused_int8 = upload_values(e, zeros);
   decode_attention_int8(e, q.buffer.data(), d, kv, lengths.as<int32_t>(),
                         separate_int8.buffer.data(), d, batch, heads, head_dim, scale, nullptr);
