@@ -792,12 +792,13 @@ TEST(DecodeAttentionInt8Cuda, StaysNearTheUnquantisedValues) {
 
 // ---- the query inside the attention -------------------------------------------------------------
 
-// decode_attention over native and INT8 K/V, computing its query from x (AttentionQuery), against
-// the same attention after decode_linear's query (norm, product, bias): the arithmetic differs only
-// in the order of the product's sums, so the outputs agree to about one rounding of q.
-void check_fused_query(Element e, int heads, int64_t d, int batch) {
+// decode_attention over native and INT8 K/V, computing its query from x (AttentionQuery; W in the
+// element type or Q8_0), against the same attention after decode_linear's query (norm, product,
+// bias, the same W): the arithmetic differs only in the order of the product's sums, so the
+// outputs agree to about one rounding of q.
+void check_fused_query(Element e, int heads, int64_t d, int batch, bool q8_0) {
   SCOPED_TRACE(std::string(element_name(e)) + " heads " + std::to_string(heads) + " d " +
-               std::to_string(d) + " batch " + std::to_string(batch));
+               std::to_string(d) + " batch " + std::to_string(batch) + (q8_0 ? " Q8_0" : ""));
   const int head_dim = static_cast<int>(d / heads), frames = 1500;
   const int64_t row = 2 * d;
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
@@ -809,12 +810,16 @@ void check_fused_query(Element e, int heads, int64_t d, int batch) {
   Buffer lengths = upload_ints(std::vector<int32_t>(batch, frames));
   const std::vector<float> zeros(batch * d, 0.0f);
   const DeviceArray q = upload_values(e, zeros);
+  // Q8_0: W's values quantised, in the device layout.
+  const Buffer w_q8_0 =
+      upload_vector(q8_0 ? q8_0_matrix(w.values, d, d).device_bytes : std::vector<uint8_t>(16));
+  const void* weights = q8_0 ? w_q8_0.data() : w.buffer.data();
   const DecodeNorm norm{gamma.buffer.data(), beta.buffer.data(), 1e-5f};
-  decode_linear(e, x.buffer.data(), batch, d, &norm, {w.buffer.data(), false}, d,
-                bias.buffer.data(), false, nullptr, q.buffer.data(), nullptr, nullptr);
-  const AttentionQuery query{x.buffer.data(),    d,     gamma.buffer.data(),
-                             beta.buffer.data(), 1e-5f, w.buffer.data(),
-                             bias.buffer.data()};
+  decode_linear(e, x.buffer.data(), batch, d, &norm, {weights, q8_0}, d, bias.buffer.data(), false,
+                nullptr, q.buffer.data(), nullptr, nullptr);
+  AttentionQuery query{x.buffer.data(), d,       gamma.buffer.data(), beta.buffer.data(),
+                       1e-5f,           weights, bias.buffer.data()};
+  query.q8_0 = q8_0;
 
   const auto compare = [&](const DeviceArray& want, const DeviceArray& got, const char* what) {
     check(cudaDeviceSynchronize(), "fused query test");
@@ -850,9 +855,11 @@ TEST(DecodeAttentionCuda, ComputesItsOwnQuery) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
   for (Element e : {Element::f16, Element::bf16}) {
-    // Whisper large (keys split 8 ways at batch 1, 4 ways at 5) and tiny (6 heads of 64).
-    for (int batch : {1, 5}) check_fused_query(e, 20, 1280, batch);
-    for (int batch : {1, 4}) check_fused_query(e, 6, 384, batch);
+    for (bool q8_0 : {false, true}) {
+      // Whisper large (keys split 8 ways at batch 1, 4 ways at 5) and tiny (6 heads of 64).
+      for (int batch : {1, 5}) check_fused_query(e, 20, 1280, batch, q8_0);
+      for (int batch : {1, 4}) check_fused_query(e, 6, 384, batch, q8_0);
+    }
   }
 }
 

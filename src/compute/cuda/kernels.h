@@ -153,8 +153,9 @@ void decode_attention(Element e, const void* q, int64_t q_stride, const void* k,
 // head_dim / splits of the head's rows and reads the others' through distributed shared memory:
 // the step saves a launch a layer and q's round trip through memory. x [batch, d], W
 // [heads · head_dim, d], gamma, beta [d], bias [heads · head_dim] (null: none), of the element
-// type; x, W, gamma and beta 16-byte aligned. Takes the shapes attention_query_fuses accepts
-// (throws hark::Error otherwise).
+// type, or W a Q8_0 matrix in the device layout (above; d a multiple of 32), each value d · q
+// rounded to the element type as dequantize_q8_0 rounds it; x, W, gamma and beta 16-byte
+// aligned. Takes the shapes attention_query_fuses accepts (throws hark::Error otherwise).
 struct AttentionQuery {
   const void* x = nullptr;
   int64_t d = 0;
@@ -163,6 +164,7 @@ struct AttentionQuery {
   float eps = 1e-5f;
   const void* w = nullptr;
   const void* bias = nullptr;
+  bool q8_0 = false;  // w is a Q8_0 matrix in the device layout
 };
 // 16-bit elements, head_dim up to 64, d a multiple of 8 up to 1280, one query row a sequence,
 // and few enough (row, head) pairs that each one's keys are split among at least 4 CTAs (so that

@@ -720,18 +720,22 @@ struct KvPlaces {
 // striding d. Large-v3, H200: the step at batch 1 / 4 took 1.508 / 1.945 ms with the query's own
 // launch and 1.462 / 1.821 with it here (bench/RESULTS.md, twenty-third session).
 
-// The fused query's inputs as the kernel reads them; x null: the kernel reads q instead.
+// The fused query's inputs as the kernel reads them; x null: the kernel reads q instead. W is w,
+// or for Q8_0 weights quants and scales (the device layout, kernels.h).
 template <class T>
 struct QueryProduct {
   const T* x = nullptr;
   const T* gamma = nullptr;
   const T* beta = nullptr;
   const T* w = nullptr;
+  const int8_t* quants = nullptr;
+  const __half* scales = nullptr;
   const T* bias = nullptr;
   float eps = 0.0f;
   int d = 0;
 };
 
+constexpr int kQ8BlockValues = 32;                         // values a Q8_0 scale covers
 constexpr int kQueryMaxDim = 1280;                         // Whisper large's d
 constexpr int kQueryPacksPerLane = kQueryMaxDim / 8 / 32;  // 16-byte packs of a W row a lane
 constexpr int kQueryPacksPerThread = ceil_div(kQueryMaxDim / 8, kDecodeThreads);  // of x
@@ -754,7 +758,8 @@ __device__ __forceinline__ float decode_block_sum(float value, float* scratch) {
 }
 
 // A warp's share of W for the fused query: rows warp, warp + kDecodeWarps, … of the CTA's rows
-// of the head, each lane's packs of them.
+// of the head, each lane's packs of them (8 values a pack; for Q8_0, x and y hold the pack's
+// quants and z's low half its block's scale, converted only once the kernel has waited).
 struct QueryWeights {
   uint4 packs[kQueryRowsPerWarp][kQueryPacksPerLane];
 };
@@ -776,10 +781,18 @@ __device__ __forceinline__ void load_query_weights(const QueryProduct<T>& qp, in
 #pragma unroll
     for (int i = 0; i < kQueryPacksPerLane; ++i) {
       const int pack = lane + 32 * i;
-      w.packs[r][i] =
-          local < rows && pack < packs
-              ? *reinterpret_cast<const uint4*>(qp.w + (first_row + local) * qp.d + pack * kP)
-              : make_uint4(0, 0, 0, 0);
+      uint4& loaded = w.packs[r][i];
+      loaded = make_uint4(0, 0, 0, 0);
+      if (local >= rows || pack >= packs) continue;
+      const int64_t at = (first_row + local) * qp.d + pack * kP;
+      if (qp.quants == nullptr) {
+        loaded = *reinterpret_cast<const uint4*>(qp.w + at);
+      } else {
+        const uint2 quants = *reinterpret_cast<const uint2*>(qp.quants + at);
+        loaded.x = quants.x;
+        loaded.y = quants.y;
+        loaded.z = __half_as_ushort(qp.scales[at / kQ8BlockValues]);
+      }
     }
   }
 }
@@ -844,8 +857,11 @@ __device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, 
     for (int i = 0; i < kQueryPacksPerLane; ++i) {
       const int pack = lane + 32 * i;
       if (pack >= packs) break;
+      const uint4& loaded = w.packs[r][i];
       Chunk<T, kP> chunk;
-      chunk.bits[0] = w.packs[r][i];
+      chunk.bits[0] = qp.quants == nullptr
+                          ? loaded
+                          : q8x8_times_scale<T>(loaded.x, loaded.y, __ushort_as_half(loaded.z));
       float weights[kP], values[kP];
       to_floats(chunk, weights);
       to_floats(load_chunk<true, kP>(staged + pack * kP), values);
@@ -1295,6 +1311,10 @@ QueryProduct<T> query_product(const AttentionQuery* query, Element e, int batch,
       query->beta == nullptr) {
     fail("decode attention: the query needs x, W, gamma and beta");
   }
+  if (query->q8_0 && query->d % kQ8BlockValues != 0) {
+    fail("decode attention: Q8_0 query weights need d a multiple of ", kQ8BlockValues, ", not ",
+         query->d);
+  }
   for (const void* pointer : {query->x, query->w, query->gamma, query->beta}) {
     if (!aligned(pointer, 16))
       fail("decode attention: the query's x, W, gamma and beta must be 16-byte aligned");
@@ -1302,7 +1322,14 @@ QueryProduct<T> query_product(const AttentionQuery* query, Element e, int batch,
   product.x = static_cast<const T*>(query->x);
   product.gamma = static_cast<const T*>(query->gamma);
   product.beta = static_cast<const T*>(query->beta);
-  product.w = static_cast<const T*>(query->w);
+  if (query->q8_0) {
+    const int64_t rows = int64_t{heads} * head_dim;
+    product.quants = static_cast<const int8_t*>(query->w);
+    product.scales = reinterpret_cast<const __half*>(static_cast<const uint8_t*>(query->w) +
+                                                     q8_0_scales_offset(rows, query->d));
+  } else {
+    product.w = static_cast<const T*>(query->w);
+  }
   product.bias = static_cast<const T*>(query->bias);
   product.eps = query->eps;
   product.d = static_cast<int>(query->d);

@@ -452,8 +452,8 @@ namespace {
 // 2.48 vs 2.66 ms at batch 8, 3.73 vs 3.24 at 16; bench/RESULTS.md, tenth session), so larger
 // batches take decoder_blocks' products. Q8_0 weights take the kernel up to 16 rows either way
 // (Pass::linear), so for them the fused step runs up to 16 sequences. For a few sequences (up to
-// 6 of large-v3's 20 heads) with 16-bit weights that are not Q8_0, the cross-attention computes
-// its own query (cross_query_fused): 7 launches a layer.
+// 6 of large-v3's 20 heads), the cross-attention computes its own query (cross_query_fused): 7
+// launches a layer.
 //
 // The batch up to which the fused step runs: the environment's HARK_CUDA_FUSED_STEP_MAX_BATCH
 // (0: never) lets a benchmark compare the two forms, else kFusedStepMaxBatch(Q8).
@@ -501,8 +501,8 @@ void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, 
 }
 
 // Whether the fused step's cross-attention computes its own query (gpu::AttentionQuery): for
-// K/V stored natively or in INT8, 16-bit weights that are not Q8_0, and the batches the kernel
-// takes it for. HARK_CUDA_FUSED_QUERY=0 keeps the query's own launch (to compare; read once).
+// K/V stored natively or in INT8, and the batches the kernel takes it for. HARK_CUDA_FUSED_QUERY=0
+// keeps the query's own launch (to compare; read once).
 bool cross_query_fused(const Config& config, const Weights& w, CrossKv cross, gpu::Element e,
                        int batch) {
   static const bool enabled = [] {
@@ -510,8 +510,7 @@ bool cross_query_fused(const Config& config, const Weights& w, CrossKv cross, gp
     return value == nullptr || value[0] != '0';
   }();
   const int head_dim = static_cast<int>(config.d_model / config.decoder_heads);
-  return enabled && cross.storage != CrossKvStorage::frames &&
-         !w.decoder_layers[0].cross_q.weight.q8_0 &&
+  return enabled && cross.storage != CrossKvStorage::frames && config.d_model % 32 == 0 &&
          gpu::attention_query_fuses(e, batch, config.decoder_heads, head_dim, config.d_model);
 }
 
@@ -558,6 +557,7 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
       query.eps = layer.cross_norm.eps;
       query.w = layer.cross_q.weight.data.data();
       query.bias = layer.cross_q.bias.bytes() > 0 ? layer.cross_q.bias.data() : nullptr;
+      query.q8_0 = layer.cross_q.weight.q8_0;
       cross_attend_step(pass, config, w, cross, l, nullptr, batch, cross_lengths, s, &query);
     } else {
       pass.step_linear(s.x.data(), batch, layer.cross_q, s.q.data(), &layer.cross_norm);
