@@ -71,8 +71,9 @@ inline Q8Matrix q8_0_matrix(const std::vector<float>& values, int64_t rows, int6
 // byte (k + 37 n) mod 256), with one scale a row: the F16 bit patterns 1 + 48 · (n / 2), negative
 // in odd rows. From F16 subnormals up; rows ≤ 1,024 keep d · 127 finite in F16 (d ≤ 500).
 inline Q8Matrix q8_0_matrix_of_every_quant(int64_t rows) {
-  constexpr int64_t kBlock = 32, cols = 256;
-  constexpr size_t kBlockBytes = 2 + kBlock;  // F16 d, then 32 int8 q
+  constexpr auto kBlock = static_cast<int64_t>(quant::kQ8BlockValues);  // F16 d, then 32 int8 q
+  constexpr int64_t cols = 256;
+  constexpr size_t kBlockBytes = quant::kQ8BlockBytes;
   std::vector<uint8_t> blocks(static_cast<size_t>(rows * cols / kBlock) * kBlockBytes);
   for (int64_t n = 0; n < rows; ++n) {
     const uint16_t d = static_cast<uint16_t>((1 + (n / 2) * 48) | (n % 2 != 0 ? 0x8000 : 0));

@@ -802,7 +802,7 @@ void check_fused_query(Element e, int heads, int64_t d, int batch, bool q8_0) {
   const int head_dim = static_cast<int>(d / heads), frames = 1500;
   const int64_t row = 2 * d;
   const auto scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
-  ASSERT_TRUE(attention_query_fuses(e, batch, heads, head_dim, d));
+  ASSERT_TRUE(attention_query_fuses(e, batch, heads, head_dim, d, q8_0));
   const DeviceArray x = random_array(e, batch * d, 61, 1.0f);
   const DeviceArray gamma = random_array(e, d, 62, 1.0f), beta = random_array(e, d, 63, 0.5f);
   const DeviceArray w = random_array(e, d * d, 64, 0.05f), bias = random_array(e, d, 65, 0.5f);
@@ -864,12 +864,14 @@ TEST(DecodeAttentionCuda, ComputesItsOwnQuery) {
 }
 
 TEST(DecodeAttentionCuda, FusedQueryShapes) {
-  EXPECT_TRUE(attention_query_fuses(Element::f16, 1, 20, 64, 1280));
-  EXPECT_TRUE(attention_query_fuses(Element::bf16, 6, 20, 64, 1280));
-  EXPECT_FALSE(attention_query_fuses(Element::f16, 7, 20, 64, 1280));  // 2 CTAs a head's keys
-  EXPECT_FALSE(attention_query_fuses(Element::f32, 1, 20, 64, 1280));
-  EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 128, 2560));  // head_dim, d too large
-  EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 64, 1284));   // d not whole packs
+  EXPECT_TRUE(attention_query_fuses(Element::f16, 1, 20, 64, 1280, false));
+  EXPECT_TRUE(attention_query_fuses(Element::bf16, 6, 20, 64, 1280, true));
+  EXPECT_FALSE(attention_query_fuses(Element::f16, 7, 20, 64, 1280, false));  // 2 CTAs a head
+  EXPECT_FALSE(attention_query_fuses(Element::f32, 1, 20, 64, 1280, false));
+  EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 128, 2560, false));  // too large
+  EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 64, 1284, false));   // not whole packs
+  EXPECT_TRUE(attention_query_fuses(Element::f16, 1, 20, 64, 1272, false));
+  EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 64, 1272, true));  // not whole blocks
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
   // A query the kernel cannot compute is an error, not a wrong result.

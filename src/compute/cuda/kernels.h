@@ -166,10 +166,11 @@ struct AttentionQuery {
   const void* bias = nullptr;
   bool q8_0 = false;  // w is a Q8_0 matrix in the device layout
 };
-// 16-bit elements, head_dim up to 64, d a multiple of 8 up to 1280, one query row a sequence,
-// and few enough (row, head) pairs that each one's keys are split among at least 4 CTAs (so that
-// a CTA computes at most a quarter of a head's rows): with Whisper large's 20 heads, up to 6 rows.
-bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_t d);
+// 16-bit elements, head_dim up to 64, d a multiple of 8 up to 1280 (with Q8_0 weights, of 32),
+// one query row a sequence, and few enough (row, head) pairs that each one's keys are split among
+// at least 4 CTAs (so that a CTA computes at most a quarter of a head's rows): with Whisper
+// large's 20 heads, up to 6 rows.
+bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_t d, bool q8_0);
 
 // Keys and values stored as INT8 (Whisper's cross-attention K/V): each group of `group`
 // consecutive values (one head of one row) keeps an F32 scale = max |x| / 127 over the group and

@@ -30,6 +30,7 @@
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/tensor_core.cuh"
+#include "format/quant.h"
 
 namespace hark::compute::cuda {
 
@@ -735,7 +736,6 @@ struct QueryProduct {
   int d = 0;
 };
 
-constexpr int kQ8BlockValues = 32;                         // values a Q8_0 scale covers
 constexpr int kQueryMaxDim = 1280;                         // Whisper large's d
 constexpr int kQueryPacksPerLane = kQueryMaxDim / 8 / 32;  // 16-byte packs of a W row a lane
 constexpr int kQueryPacksPerThread = ceil_div(kQueryMaxDim / 8, kDecodeThreads);  // of x
@@ -744,18 +744,6 @@ constexpr int kQueryMaxHeadDim = 64;
 constexpr int kQueryMaxRows = kQueryMaxHeadDim / kQueryMinSplits;  // a CTA's rows of the head
 constexpr int kQueryRowsPerWarp = kQueryMaxRows / kDecodeWarps;
 static_assert(kQueryMaxDim % (8 * 32) == 0, "whole packs a lane");
-
-// The sum over the CTA's threads, returned to every thread; `scratch` holds kDecodeWarps floats.
-__device__ __forceinline__ float decode_block_sum(float value, float* scratch) {
-  value = warp_sum(value);
-  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = value;
-  __syncthreads();
-  float sum = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kDecodeWarps; ++w) sum += scratch[w];
-  __syncthreads();  // scratch may be written again
-  return sum;
-}
 
 // A warp's share of W for the fused query: rows warp, warp + kDecodeWarps, … of the CTA's rows
 // of the head, each lane's packs of them (8 values a pack; for Q8_0, x and y hold the pack's
@@ -791,7 +779,7 @@ __device__ __forceinline__ void load_query_weights(const QueryProduct<T>& qp, in
         const uint2 quants = *reinterpret_cast<const uint2*>(qp.quants + at);
         loaded.x = quants.x;
         loaded.y = quants.y;
-        loaded.z = __half_as_ushort(qp.scales[at / kQ8BlockValues]);
+        loaded.z = __half_as_ushort(qp.scales[at / static_cast<int64_t>(quant::kQ8BlockValues)]);
       }
     }
   }
@@ -821,7 +809,7 @@ __device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, 
 #pragma unroll
     for (int i = 0; i < kP; ++i) sum += x[j][i];
   }
-  const float mean = decode_block_sum(sum, scratch) / static_cast<float>(qp.d);
+  const float mean = block_sum(sum, scratch) / static_cast<float>(qp.d);
   float squares = 0.0f;
 #pragma unroll
   for (int j = 0; j < kQueryPacksPerThread; ++j) {
@@ -832,7 +820,7 @@ __device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, 
       squares = fmaf(centred, centred, squares);
     }
   }
-  const float variance = decode_block_sum(squares, scratch) / static_cast<float>(qp.d);
+  const float variance = block_sum(squares, scratch) / static_cast<float>(qp.d);
   const float inverse = 1.0f / sqrtf(variance + qp.eps);
 #pragma unroll
   for (int j = 0; j < kQueryPacksPerThread; ++j) {
@@ -1302,22 +1290,20 @@ QueryProduct<T> query_product(const AttentionQuery* query, Element e, int batch,
                               int head_dim, int queries_per_sequence) {
   QueryProduct<T> product;
   if (query == nullptr) return product;
-  if (queries_per_sequence != 1 || !attention_query_fuses(e, batch, heads, head_dim, query->d)) {
+  if (queries_per_sequence != 1 ||
+      !attention_query_fuses(e, batch, heads, head_dim, query->d, query->q8_0)) {
     fail("decode attention: cannot compute the query for ", batch, " rows of ", heads, " heads of ",
-         head_dim, " from d = ", query->d, " (", queries_per_sequence,
-         " queries a sequence); see attention_query_fuses");
+         head_dim, " from d = ", query->d, query->q8_0 ? " (Q8_0 weights, " : " (",
+         queries_per_sequence, " queries a sequence); see attention_query_fuses");
   }
   if (query->x == nullptr || query->w == nullptr || query->gamma == nullptr ||
       query->beta == nullptr) {
     fail("decode attention: the query needs x, W, gamma and beta");
   }
-  if (query->q8_0 && query->d % kQ8BlockValues != 0) {
-    fail("decode attention: Q8_0 query weights need d a multiple of ", kQ8BlockValues, ", not ",
-         query->d);
-  }
   for (const void* pointer : {query->x, query->w, query->gamma, query->beta}) {
-    if (!aligned(pointer, 16))
+    if (!aligned(pointer, 16)) {
       fail("decode attention: the query's x, W, gamma and beta must be 16-byte aligned");
+    }
   }
   product.x = static_cast<const T*>(query->x);
   product.gamma = static_cast<const T*>(query->gamma);
@@ -1450,9 +1436,10 @@ void padded_attention(Element e, const void* q, int64_t q_row_stride, int64_t q_
   });
 }
 
-bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_t d) {
+bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_t d, bool q8_0) {
   if (e == Element::f32 || batch <= 0 || heads <= 0 || head_dim <= 0) return false;
   if (head_dim > kQueryMaxHeadDim || d <= 0 || d % 8 != 0 || d > kQueryMaxDim) return false;
+  if (q8_0 && d % static_cast<int64_t>(quant::kQ8BlockValues) != 0) return false;
   const int splits = decode_splits(batch, heads);
   return splits >= kQueryMinSplits && head_dim % splits == 0;
 }

@@ -21,22 +21,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-// ---- Reductions -------------------------------------------------------------------------------
-
-// The sum over a block whose size is a multiple of 32, returned to every thread. `scratch` holds
-// 32 floats; the closing barrier lets the next call reuse it.
-__device__ float block_sum(float value, float* scratch) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  value = warp_sum(value);
-  if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
-  float total = lane < warps ? scratch[lane] : 0.0f;
-  total = warp_sum(total);
-  __syncthreads();
-  return total;
-}
-
 // ---- layer_norm -------------------------------------------------------------------------------
 
 // Registers hold up to kItems · kLayerNormThreads values: rows of up to 4096 (Whisper's are at

@@ -510,8 +510,9 @@ bool cross_query_fused(const Config& config, const Weights& w, CrossKv cross, gp
     return value == nullptr || value[0] != '0';
   }();
   const int head_dim = static_cast<int>(config.d_model / config.decoder_heads);
-  return enabled && cross.storage != CrossKvStorage::frames && config.d_model % 32 == 0 &&
-         gpu::attention_query_fuses(e, batch, config.decoder_heads, head_dim, config.d_model);
+  return enabled && cross.storage != CrossKvStorage::frames &&
+         gpu::attention_query_fuses(e, batch, config.decoder_heads, head_dim, config.d_model,
+                                    w.decoder_layers[0].cross_q.weight.q8_0);
 }
 
 bool fused_step_fits(const Config& config, const Weights& w, int batch) {
