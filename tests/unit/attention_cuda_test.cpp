@@ -22,6 +22,7 @@
 #include "format/quant.h"
 #include "support/cuda_arrays.h"
 #include "support/cuda_elements.h"
+#include "support/scoped_env.h"
 
 namespace hark::compute::cuda {
 namespace {
@@ -554,8 +555,9 @@ TEST(Int8KvCuda, DequantizeReadsStridedBlocks) {
   }
 }
 
-// decode_attention_int8 against the reference on the dequantised values: only F32 arithmetic
-// and the output's rounding to e differ.
+// decode_attention_int8 against the reference on the dequantised values: F32 arithmetic, the
+// output's rounding to e, and with 16-bit queries the integer products' split of the query and
+// the weights (kernels_attention.cu: at most 1 / 16,128 of their largest magnitude off) differ.
 double int8_tolerance(Element e) {
   return e == Element::f32 ? 1e-5 : e == Element::f16 ? 2e-3 : 1e-2;
 }
@@ -567,10 +569,12 @@ double int8_tolerance(Element e) {
 void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
                        const std::vector<std::vector<int32_t>>& graph_steps = {}) {
   const int batch = static_cast<int>(c.lengths.size());
+  const char* integers = std::getenv("HARK_CUDA_INT8_INTEGER_PRODUCTS");
   SCOPED_TRACE(std::string(element_name(e)) + " batch " + std::to_string(batch) + " heads " +
                std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) +
                (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding) +
-               (group_major ? " group-major" : " rows") + " queries " + std::to_string(c.queries));
+               (group_major ? " group-major" : " rows") + " queries " + std::to_string(c.queries) +
+               " integer products " + (integers != nullptr ? integers : "default"));
   const int64_t width = int64_t{c.heads} * c.head_dim;
   const int query_rows = batch * c.queries;
   Int8Strides strides;
@@ -661,11 +665,15 @@ void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
   run_decode(launch, lengths, c.lengths, graph_steps, compare);
 }
 
-// Each case in both layouts.
+// Each case in both layouts, and for 16-bit queries with the integer products and without.
 void check_decode_int8_layouts(Element e, const DecodeCase& c,
                                const std::vector<std::vector<int32_t>>& graph_steps = {}) {
-  check_decode_int8(e, c, false, graph_steps);
-  check_decode_int8(e, c, true, graph_steps);
+  for (const char* integers : {"1", "0"}) {
+    if (e == Element::f32 && integers[0] == '0') continue;  // F32 queries: the F32 form only
+    hark::testing::ScopedEnv setting("HARK_CUDA_INT8_INTEGER_PRODUCTS", integers);
+    check_decode_int8(e, c, false, graph_steps);
+    check_decode_int8(e, c, true, graph_steps);
+  }
 }
 
 TEST(DecodeAttentionInt8Cuda, MixedLengths) {

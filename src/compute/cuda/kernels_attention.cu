@@ -700,6 +700,22 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float (&acc)[k
   for (int i = 0; i < kValues; ++i) acc[i] = acc[i] * mine + other_acc[i] * theirs;
 }
 
+// An online softmax's step to a round's largest score: m becomes the running maximum, l and acc
+// are rescaled to it, and the reference for the round's exponentials is returned. `exp` is the
+// exponential of the scores' base.
+template <int kValues, class Exp>
+__device__ __forceinline__ float raise_maximum(float& m, float& l, float (&acc)[kValues],
+                                               float round_max, Exp exp) {
+  const float new_max = fmaxf(m, round_max);
+  const float reference = exp_reference(new_max);
+  const float rescale = exp(m - reference);
+  m = new_max;
+  l *= rescale;
+#pragma unroll
+  for (int i = 0; i < kValues; ++i) acc[i] *= rescale;
+  return reference;
+}
+
 // Where a decode step's keys and values lie: position t of head h of sequence b at row t, group
 // h, block b of k and v in `strides` (kernels.h: Int8Strides), and for INT8 their scales, one per
 // (position, head), likewise in k_scales and v_scales.
@@ -864,10 +880,94 @@ __device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, 
   }
 }
 
+// ---- INT8 keys and values in integer products ------------------------------------------------
+//
+// With F16/BF16 queries, decode_attention_int8 multiplies in integers (kIntegers): dp4a sums four
+// INT8 products into an INT32 in one instruction, where the F32 form converts every byte to a
+// float (a permute and a subtraction) and multiplies it on its own. A lane's query values (times
+// the softmax scale and log2 e: scores in base 2) and a round's weights p · value scale are each
+// split into two INT8 parts on a scale of their largest magnitude, x ≈ unit · (128 · high + low)
+// with kQueryUnits (kWeightUnits) units to the largest: at most 1 / 32,512 (1 / 16,128) of it
+// off, where the query's own F16 rounding is up to 1 / 2,048 of its value. Scores and the values'
+// sums are then exact in INT32 up to that split. For the values' products, a key slot takes 4
+// consecutive keys a round (the F32 form: 4 keys a slot count apart), so that each of its lanes
+// holds the 4 keys' bytes of its dims, and 8 byte permutes turn 4 words of 4 dims into 4 words
+// of 4 keys: one dp4a pair a dim.
+constexpr int kQueryUnits = 127 * 128;
+// A value's sum over a round, |Σ 4 bytes · units| ≤ 4 · 127 · 8,064, stays under 2^22, where
+// int_to_float is exact.
+constexpr int kWeightUnits = 63 * 128;
+
+// x rounded to the nearest integer, for |x| < 2^22: x + 1.5 · 2^23 keeps it in its low mantissa
+// bits, rounded by the FP32 adder (F2I and I2F run at a quarter of the adder's rate on sm_90).
+__device__ __forceinline__ int round_to_int(float x) {
+  return __float_as_int(x + 12582912.0f) - 0x4B400000;
+}
+__device__ __forceinline__ float int_to_float(int x) {
+  return __int_as_float(x + 0x4B400000) - 12582912.0f;
+}
+
+// units (|units| ≤ 127 · 128) as 128 · high + low, high in −127 … 127 and low in −64 … 63.
+__device__ __forceinline__ void split_units(int units, int& high, int& low) {
+  high = (units + 64) >> 7;
+  low = units - high * 128;
+}
+
+// The low bytes of four ints in one word, b0 lowest.
+__device__ __forceinline__ uint32_t pack_bytes(int b0, int b1, int b2, int b3) {
+  return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
+}
+
+// Four words as a 4 · 4 matrix of bytes [word][byte], transposed: out[j] holds byte j of in[0],
+// in[1], in[2], in[3], lowest first.
+__device__ __forceinline__ void transpose_bytes(const uint32_t (&in)[4], uint32_t (&out)[4]) {
+  const uint32_t low01 = __byte_perm(in[0], in[1], 0x5140);
+  const uint32_t high01 = __byte_perm(in[0], in[1], 0x7362);
+  const uint32_t low23 = __byte_perm(in[2], in[3], 0x5140);
+  const uint32_t high23 = __byte_perm(in[2], in[3], 0x7362);
+  out[0] = __byte_perm(low01, low23, 0x5410);
+  out[1] = __byte_perm(low01, low23, 0x7632);
+  out[2] = __byte_perm(high01, high23, 0x5410);
+  out[3] = __byte_perm(high01, high23, 0x7632);
+}
+
+// Σ a_i · high_i and Σ a_i · low_i over the four signed bytes of `bytes` (high and low packed
+// likewise), added to the running sums.
+__device__ __forceinline__ void split_dot(uint32_t bytes, uint32_t high, uint32_t low,
+                                          int& high_sum, int& low_sum) {
+  high_sum = __dp4a(static_cast<int>(bytes), static_cast<int>(high), high_sum);
+  low_sum = __dp4a(static_cast<int>(bytes), static_cast<int>(low), low_sum);
+}
+
+// kCount values in units of their largest magnitude (kUnits of them to it; the unit is
+// returned), split and packed: byte i of high[j] and low[j] is value 4j + i's.
+template <int kUnits, int kCount>
+__device__ __forceinline__ float split_values(const float (&x)[kCount],
+                                              uint32_t (&high)[kCount / 4],
+                                              uint32_t (&low)[kCount / 4]) {
+  float largest = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) largest = fmaxf(largest, fabsf(x[i]));
+  const float inverse = largest > 0.0f ? __fdividef(kUnits, largest) : 0.0f;
+#pragma unroll
+  for (int j = 0; j < kCount / 4; ++j) {
+    int highs[4], lows[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      // |x · inverse| ≤ kUnits, give or take the division's rounding, which the clamp takes.
+      const int units = min(kUnits, max(-kUnits, round_to_int(x[4 * j + i] * inverse)));
+      split_units(units, highs[i], lows[i]);
+    }
+    high[j] = pack_bytes(highs[0], highs[1], highs[2], highs[3]);
+    low[j] = pack_bytes(lows[0], lows[1], lows[2], lows[3]);
+  }
+  return largest * (1.0f / kUnits);
+}
+
 // INT8's 16 values a lane would take 168 registers, 3 CTAs an SM; held to 4 CTAs they fit in 128
 // without spilling. Other types keep the compiler's own choice (0: no minimum), and so does the
 // fused query (kQuery: query_product.x is set), whose launches are a few hundred CTAs.
-template <class T, class Kv, bool kVector, int kDims, bool kQuery>
+template <class T, class Kv, bool kVector, int kDims, bool kQuery, bool kIntegers>
 __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && !kQuery ? 4 : 0)
     decode_attention_kernel(const T* __restrict__ q, int64_t q_stride, const Kv* __restrict__ k,
                             const Kv* __restrict__ v, KvPlaces kv,
@@ -875,6 +975,8 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
                             int64_t out_stride, int head_dim, int lanes_per_key_log2, float scale,
                             const QueryProduct<T> query_product) {
   constexpr bool kInt8 = std::is_same_v<Kv, int8_t>;
+  static_assert(!kIntegers || (kInt8 && sizeof(T) == 2 && kDims == 16),
+                "integer products are for INT8 keys and values, 16 a lane, with 16-bit queries");
   __shared__ float warp_max_values[kDecodeWarps], warp_sums[kDecodeWarps];
   __shared__ float warp_outputs[kDecodeWarps][kMaxHeadDim];
   __shared__ float block_max, block_sum;
@@ -923,13 +1025,18 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
     for (int i = 0; i < kDims; ++i) query[i] = active ? to_float(q[i]) * scale : 0.0f;
   }
 
-  // Slot s of warp w takes keys begin + w·slots_per_warp + s + u·slots + t·stride. The loop is
-  // warp-uniform (the lane-group sums shuffle across the whole warp), and the keys of the next
+  // Slot s of warp w takes keys begin + w·slots_per_warp + s + u·slots + t·stride (with integer
+  // products, begin + (w·slots_per_warp + s)·kUnroll + u + t·stride: consecutive keys). The loop
+  // is warp-uniform (the lane-group sums shuffle across the whole warp), and the keys of the next
   // round are loaded before this round's are used.
   // 64 bytes of K and 64 of V in flight per lane and round.
   constexpr int kUnroll = 64 / sizeof(Chunk<Kv, kDims>);
+  static_assert(!kIntegers || kUnroll == 4, "a round's weights are one word of 4 keys a slot");
   const int stride = slots * kUnroll;
-  const int warp_begin = begin + warp * slots_per_warp;
+  const int warp_begin = begin + warp * slots_per_warp * (kIntegers ? kUnroll : 1);
+  const auto key_of = [&](int first, int u) {
+    return kIntegers ? first + slot * kUnroll + u : first + slot + u * slots;
+  };
   Chunk<Kv, kDims> keys[kUnroll] = {}, values[kUnroll] = {}, next_keys[kUnroll] = {},
                    next_values[kUnroll] = {};  // zeros stay in lanes without dims
   // INT8 only: the scales of those keys and values.
@@ -942,7 +1049,7 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
     if (!active || first >= end) return;
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int key = min(first + slot + u * slots, end - 1);  // past the end: weight 0 below
+      const int key = min(key_of(first, u), end - 1);  // past the end: weight 0 below
       round_keys[u] = load_chunk<kVector, kDims>(k + key * at.row);
       round_values[u] = load_chunk<kVector, kDims>(v + key * at.row);
       if constexpr (kInt8) {
@@ -970,45 +1077,109 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
   }
 
   float m = -INFINITY, l = 0.0f, acc[kDims] = {};
-  for (int first = warp_begin; first < end; first += stride) {
-    load_round(first + stride, next_keys, next_values, next_key_scales, next_value_scales);
-    float scores[kUnroll];
-    float round_max = -INFINITY;
+  if constexpr (kIntegers) {
+    // Scores in base 2: p = 2^(s − m) is one MUFU.EX2; m goes back to base e after the rounds.
+    float query_log2[kDims];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      float key[kDims];
-      to_floats(keys[u], key);
-      float s = 0.0f;
+    for (int i = 0; i < kDims; ++i) query_log2[i] = query[i] * kLog2e;
+    uint32_t query_high[kDims / 4], query_low[kDims / 4];
+    const float query_unit = split_values<kQueryUnits>(query_log2, query_high, query_low);
+    const auto integer_round = [&](int first, const Chunk<Kv, kDims>(&round_keys)[kUnroll],
+                                   const Chunk<Kv, kDims>(&round_values)[kUnroll],
+                                   const float(&round_key_scales)[kUnroll],
+                                   const float(&round_value_scales)[kUnroll]) {
+      float scores[kUnroll];
+      float round_max = -INFINITY;
 #pragma unroll
-      for (int i = 0; i < kDims; ++i) s += query[i] * key[i];
-      if constexpr (kInt8) s *= key_scales[u];
-      for (int offset = 1; offset < lanes_per_key; offset <<= 1) {
-        s += __shfl_xor_sync(0xffffffffu, s, offset);
+      for (int u = 0; u < kUnroll; ++u) {
+        uint32_t words[kDims / 4];
+        memcpy(words, &round_keys[u].bits, sizeof words);
+        int high = 0, low = 0;
+#pragma unroll
+        for (int j = 0; j < kDims / 4; ++j) {
+          split_dot(words[j], query_high[j], query_low[j], high, low);
+        }
+        float s = static_cast<float>(high * 128 + low) * query_unit;
+        for (int offset = 1; offset < lanes_per_key; offset <<= 1) {
+          s += __shfl_xor_sync(0xffffffffu, s, offset);
+        }
+        scores[u] = key_of(first, u) < end ? s * round_key_scales[u] : -INFINITY;
+        round_max = fmaxf(round_max, scores[u]);
       }
-      scores[u] = first + slot + u * slots < end ? s : -INFINITY;
-      round_max = fmaxf(round_max, scores[u]);
-    }
-    const float new_max = fmaxf(m, round_max);
-    const float reference = exp_reference(new_max);
-    const float rescale = expf(m - reference);
-    m = new_max;
-    l *= rescale;
+      const float reference =
+          raise_maximum(m, l, acc, round_max, [](float x) { return fast_exp2(x); });
+      float weights[kUnroll];
 #pragma unroll
-    for (int i = 0; i < kDims; ++i) acc[i] *= rescale;
+      for (int u = 0; u < kUnroll; ++u) {
+        const float p = fast_exp2(scores[u] - reference);
+        l += p;
+        weights[u] = p * round_value_scales[u];
+      }
+      uint32_t weights_high[1], weights_low[1];
+      const float weight_unit = split_values<kWeightUnits>(weights, weights_high, weights_low);
+      uint32_t words[kUnroll][kDims / 4];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const float p = expf(scores[u] - reference);
-      float value[kDims];
-      to_floats(values[u], value);
-      l += p;
-      const float weight = kInt8 ? p * value_scales[u] : p;
+      for (int u = 0; u < kUnroll; ++u) memcpy(words[u], &round_values[u].bits, sizeof words[u]);
 #pragma unroll
-      for (int i = 0; i < kDims; ++i) acc[i] += weight * value[i];
-      keys[u] = next_keys[u];
-      values[u] = next_values[u];
-      if constexpr (kInt8) {
+      for (int j = 0; j < kDims / 4; ++j) {
+        const uint32_t by_key[4] = {words[0][j], words[1][j], words[2][j], words[3][j]};
+        uint32_t by_dim[4];
+        transpose_bytes(by_key, by_dim);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          int high = 0, low = 0;
+          split_dot(by_dim[i], weights_high[0], weights_low[0], high, low);
+          acc[4 * j + i] = fmaf(int_to_float(high * 128 + low), weight_unit, acc[4 * j + i]);
+        }
+      }
+    };
+    for (int first = warp_begin; first < end; first += stride) {
+      load_round(first + stride, next_keys, next_values, next_key_scales, next_value_scales);
+      integer_round(first, keys, values, key_scales, value_scales);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        keys[u] = next_keys[u];
+        values[u] = next_values[u];
         key_scales[u] = next_key_scales[u];
         value_scales[u] = next_value_scales[u];
+      }
+    }
+    m *= 1.0f / kLog2e;  // base e again, for the merges below (−inf stays −inf)
+  } else {
+    for (int first = warp_begin; first < end; first += stride) {
+      load_round(first + stride, next_keys, next_values, next_key_scales, next_value_scales);
+      float scores[kUnroll];
+      float round_max = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        float key[kDims];
+        to_floats(keys[u], key);
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) s += query[i] * key[i];
+        if constexpr (kInt8) s *= key_scales[u];
+        for (int offset = 1; offset < lanes_per_key; offset <<= 1) {
+          s += __shfl_xor_sync(0xffffffffu, s, offset);
+        }
+        scores[u] = key_of(first, u) < end ? s : -INFINITY;
+        round_max = fmaxf(round_max, scores[u]);
+      }
+      const float reference = raise_maximum(m, l, acc, round_max, [](float x) { return expf(x); });
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const float p = expf(scores[u] - reference);
+        float value[kDims];
+        to_floats(values[u], value);
+        l += p;
+        const float weight = kInt8 ? p * value_scales[u] : p;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) acc[i] += weight * value[i];
+        keys[u] = next_keys[u];
+        values[u] = next_values[u];
+        if constexpr (kInt8) {
+          key_scales[u] = next_key_scales[u];
+          value_scales[u] = next_value_scales[u];
+        }
       }
     }
   }
@@ -1255,6 +1426,14 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
   launch_generic_attention<T>(a, stream);
 }
 
+// Whether INT8 keys and values with 16-bit queries take the integer products (the default), or
+// the F32 form where the environment's HARK_CUDA_INT8_INTEGER_PRODUCTS says 0 (to compare them).
+// Read at every call, so that a test can run each way in one process.
+bool int8_integer_products() {
+  const char* value = std::getenv("HARK_CUDA_INT8_INTEGER_PRODUCTS");
+  return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
 // The CTAs a decode attention splits each (query row, head) pair's keys among: only while the
 // pairs alone leave the GPU idle.
 int decode_splits(int rows, int heads) {
@@ -1276,12 +1455,20 @@ void launch_decode_attention(const T* q, int64_t q_stride, const Kv* k, const Kv
                   /*early_start=*/true, stream, "decode attention", q, q_stride, k, v, kv, lengths,
                   out, out_stride, head_dim, lanes_per_key_log2, scale, query);
   };
-  if constexpr (sizeof(T) == 2) {
-    if (query.x != nullptr) {
-      return run(decode_attention_kernel<T, Kv, kVector, kDims, true>, query.d * sizeof(T));
+  const auto run_with = [&](auto integers) {
+    constexpr bool kIntegers = decltype(integers)::value;
+    if constexpr (sizeof(T) == 2) {
+      if (query.x != nullptr) {
+        return run(decode_attention_kernel<T, Kv, kVector, kDims, true, kIntegers>,
+                   query.d * sizeof(T));
+      }
     }
+    run(decode_attention_kernel<T, Kv, kVector, kDims, false, kIntegers>, 0);
+  };
+  if constexpr (std::is_same_v<Kv, int8_t> && sizeof(T) == 2 && kDims == 16) {
+    if (int8_integer_products()) return run_with(std::true_type{});
   }
-  run(decode_attention_kernel<T, Kv, kVector, kDims, false>, 0);
+  run_with(std::false_type{});
 }
 
 // The typed pointers of an AttentionQuery, checked against what compute_query takes.
