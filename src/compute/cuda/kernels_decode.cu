@@ -9,8 +9,8 @@
 //    rounding of the normalised rows is what the unfused path (layer_norm, then a product) does.
 //  - A warp owns a tile of kTileRows output rows, its lanes 8 rows × 4, each lane loading 16
 //    bytes of its row per chunk: a warp's load covers 64 contiguous bytes of 8 rows. A warp issues
-//    the loads of kUnroll<T> chunks before using any; the first group is issued before x is staged,
-//    so that the staging hides behind the weights' latency.
+//    the loads of a group of chunks (chunks_per_group) before using any; the first group is issued
+//    before x is staged, so that the staging hides behind the weights' latency.
 //  - F16 and BF16 multiply on tensor cores: a chunk is two mma.m16n8k16, x as A (16 batch rows,
 //    zeros past the batch) and W as B (the tile's 8 rows), accumulating in F32. A dot product does
 //    not care in which order k runs, so a lane's 8 consecutive values of W and of x stand for the
@@ -56,9 +56,17 @@ constexpr int kLanesPerRow = 32 / kTileRows;  // 4
 template <class T>
 constexpr int kUnroll = std::is_same_v<T, float> ? 8 : 16;
 // A Q8_0 chunk is two loads (a block of 32 quants a lane), so a group has half as many chunks:
-// the same loads and bytes in flight.
-template <class T, bool kQ8>
-constexpr int kChunksPerGroup = kQ8 ? kUnroll<T> / 2 : kUnroll<T>;
+// the same loads and bytes in flight. A single row of 16-bit W (kBatch 1) takes groups of 20:
+// large-v3's fc1 and fc2 then give each warp one group instead of two (16 + 4), a round trip to
+// memory fewer. With 2-16 rows the extra registers cost more than that gains (bench/RESULTS.md,
+// twenty-fifth session: batch 1 1.476 → 1.457 ms; groups of 20 at batch 8 took its step from
+// 2.451 to 2.473 ms).
+template <class T, int kBatch, bool kQ8>
+constexpr int chunks_per_group() {
+  if (kQ8) return kUnroll<T> / 2;
+  if (kBatch == 1 && !std::is_same_v<T, float>) return 20;
+  return kUnroll<T>;
+}
 constexpr int kMaxRows = 16;  // batch rows a launch multiplies: the mma's m
 
 // Values of the element type in one 16-byte load; the values of W in a lane's chunk (one load, or
@@ -228,10 +236,10 @@ __device__ __forceinline__ void store_output(const Params<T>& p, int b, int64_t 
 
 // ---- The kernel -------------------------------------------------------------------------------
 
-// kBatch: for F16/BF16, 8 (batch ≤ 8: the mma's rows 8…15 are all zero) or 16; for F32, the
-// bucket (1, 2, 4, 8, 16) of F32 sums a lane keeps, one per batch row. kQ8: W is Q8_0 (16-bit T
-// only). One block: kWarps / split tiles of kTileRows output rows, each tile shared by `split`
-// warps.
+// kBatch: for F16/BF16, 1 (one row, in larger groups of chunks), 8 (batch ≤ 8: the mma's rows
+// past the batch are all zero) or 16; for F32, the bucket (1, 2, 4, 8, 16) of F32 sums a lane
+// keeps, one per batch row. kQ8: W is Q8_0 (16-bit T only). One block: kWarps / split tiles of
+// kTileRows output rows, each tile shared by `split` warps.
 template <class T, int kBatch, bool kQ8>
 __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params<T> p) {
   constexpr bool kTensorCores = !std::is_same_v<T, float>;
@@ -257,11 +265,11 @@ __global__ void __launch_bounds__(kThreads, 2) decode_linear_kernel(const Params
   const int64_t n_chunks = p.k_pad / kK;
   // The same number of groups for every warp of a tile (the last ones partly empty), so that
   // they all reach the barrier that adds up their sums.
-  constexpr int kGroupChunks = kChunksPerGroup<T, kQ8>;
+  constexpr int kGroupChunks = chunks_per_group<T, kBatch, kQ8>();
   const int64_t groups = ceil_div(ceil_div(n_chunks, split), kGroupChunks);
   auto chunk_of = [&](int64_t group, int u) { return part + split * (group * kGroupChunks + u); };
 
-  uint4 w[kUnroll<T>];
+  uint4 w[kQ8 ? 2 * kGroupChunks : kGroupChunks];
   __half scale[kQ8 ? kGroupChunks : 1];  // Q8_0: the scale of each chunk's block
   auto load_group = [&](int64_t group) {
 #pragma unroll
@@ -559,9 +567,11 @@ void run(const T* x, int batch, int64_t k_in, const DecodeNorm* norm, DecodeWeig
       if (w.q8_0) {
         count > 8 ? launch<T, 16, true>(p, shared_bytes, stream)
                   : launch<T, 8, true>(p, shared_bytes, stream);
+      } else if (count > 8) {
+        launch<T, 16, false>(p, shared_bytes, stream);
       } else {
-        count > 8 ? launch<T, 16, false>(p, shared_bytes, stream)
-                  : launch<T, 8, false>(p, shared_bytes, stream);
+        count > 1 ? launch<T, 8, false>(p, shared_bytes, stream)
+                  : launch<T, 1, false>(p, shared_bytes, stream);
       }
     } else {
       int bucket = 1;
