@@ -153,6 +153,11 @@ __device__ __forceinline__ void fence_registers(uint32_t (&values)[kCount]) {
 #pragma unroll
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(values[i])::"memory");
 }
+template <int kCount>
+__device__ __forceinline__ void fence_registers(int (&values)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(values[i])::"memory");
+}
 
 #define HARK_WGMMA_32_ACCUMULATORS                                                   \
   "{"                                                                                \

@@ -246,8 +246,8 @@ void append_kv(Element e, const void* new_k, const void* new_v, int64_t new_row_
 // the projections fold into the query and the output, and a decode step reads each frame once
 // (width values) for every head, where a K/V cache costs 2 · width values a frame and layer.
 
-// Whether the three kernels below take these shapes: F16/BF16, at most 24 heads of at most 128,
-// a width that is a multiple of 16 up to 1280.
+// Whether the three kernels below take these shapes: F16/BF16, at most 24 heads of a multiple of
+// 16 values up to 128, a width that is a multiple of 16 up to 1280.
 bool frame_attention_runs(Element e, int heads, int64_t width);
 
 // out [rows, heads, width] = scale · per head h, q[r, h·head_dim .. +head_dim] · W_k rows
@@ -262,6 +262,29 @@ void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int 
 void frame_attention(Element e, const void* queries, int64_t rows, int heads, int64_t width,
                      const void* frames, int frame_count, int64_t window_stride,
                      int64_t rows_per_window, void* out, cudaStream_t stream);
+
+// Frames in INT8 for frame_attention_int8 (frame_attention_sm90.h), scaled per channel and per
+// frame, so that a channel of large values (a Transformer's outlier dimensions) does not take the
+// range of the others: x[t, c] ≈ (codes[t, c] − 128) · channel_scales[c] · frame_scales[t] / 127,
+// with channel_scales[c] = max_t |x[t, c]| and frame_scales[t] = max_c |x[t, c]| /
+// channel_scales[c] (both 1 where that max is 0). The codes are offset by 128 (unsigned), which the
+// tensor-core kernel turns into 16-bit values with a byte permute and a subtraction. Each window:
+// codes [frames, width], frame_scales [frames], channel_scales [width]; with `windowed`, window w
+// of a batch at codes + w · frames · width, frame_scales + w · frames and channel_scales + w ·
+// width, and without it one window for every row.
+struct Int8Frames {
+  const uint8_t* codes = nullptr;
+  const float* frame_scales = nullptr;
+  const float* channel_scales = nullptr;
+  bool windowed = true;
+};
+
+// Quantises `windows` windows of frames [windows, frame_count, width] (F16/BF16; width a multiple
+// of 8) into codes [windows, frame_count, width], frame_scales [windows, frame_count] and
+// channel_scales [windows, width], as Int8Frames describes.
+void quantize_frames(Element e, const void* frames, int windows, int frame_count, int64_t width,
+                     uint8_t* codes, float* frame_scales, float* channel_scales,
+                     cudaStream_t stream);
 
 // context[r, h·head_dim + j] = W_v[h·head_dim + j] · o[r, h] + bias[h·head_dim + j] (bias may be
 // null); o [rows, heads, width], w_v [heads · head_dim, width] (rows w_row_stride apart),

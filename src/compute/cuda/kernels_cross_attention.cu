@@ -28,7 +28,6 @@
 // limited a form with 16-frame tiles and 16 warps, which issued about 530 instructions per warp
 // and tile for 30 products. With this one, large-v3's batch-16 step is still 1.6× slower than
 // over the K/V cache (bench/RESULTS.md).
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -38,6 +37,7 @@
 #include "base/error.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
+#include "compute/cuda/frame_splits.cuh"
 #include "compute/cuda/kernels.h"
 #include "compute/cuda/tensor_core.cuh"
 
@@ -47,57 +47,73 @@ namespace {
 
 // ---- absorb_query: q̃[r, h, :] = scale · Σ_j q[r, h·head_dim + j] · W_k[h·head_dim + j, :] -----
 //
-// A thread per 8 output columns of a (head, kRows rows) block: the query values sit in shared
-// memory and are broadcast; each 16-byte weight load feeds 8 columns of kRows rows. A thread
-// issues 16 loads before their products (few warps run, and their loads must overlap; whether
-// the compiler keeps all 16 in flight was not checked in the machine code).
+// On the tensor cores, a CTA per (64 columns, head, 64 rows): the head's rows of W_k for those
+// columns [head_dim][64] staged in shared memory (ldmatrix reads them transposed, as the B
+// fragments of k = j), the query's A fragments straight from global memory (each read once); a
+// warp per 16 rows, all 64 columns, head_dim / 16 k-steps.
 
-constexpr int kAbsorbThreads = 64;
+constexpr int kAbsorbWarps = 4;
+constexpr int kAbsorbRows = 16 * kAbsorbWarps;
+constexpr int kAbsorbColumns = 64;
+// Rows of the staged weights 144 bytes apart, so that ldmatrix's 8 rows fall in 8 bank groups.
+constexpr int kAbsorbPitch = kAbsorbColumns + 8;
 constexpr int kMaxAbsorbHeadDim = 128;
-constexpr int kQueryChunk = 16;
 
-template <class T, int kRows>
-__global__ void __launch_bounds__(kAbsorbThreads)
+template <class T>
+__global__ void __launch_bounds__(kAbsorbWarps * 32)
     absorb_query_kernel(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ w_k,
                         int64_t w_row_stride, int rows, int heads, int head_dim, int64_t width,
                         float scale, T* __restrict__ out) {
-  __shared__ float query[kRows][kMaxAbsorbHeadDim];
+  __shared__ __align__(16) T weights[kMaxAbsorbHeadDim][kAbsorbPitch];
   allow_dependent_kernels();
-  const int head = blockIdx.y, first_row = blockIdx.z * kRows;
-  const int block_rows = min(kRows, rows - first_row);
-  for (int i = threadIdx.x; i < kRows * head_dim; i += kAbsorbThreads) {
-    const int r = i / head_dim, j = i % head_dim;
-    query[r][j] =
-        r < block_rows ? scale * to_float(q[(first_row + r) * q_stride + head * head_dim + j]) : 0;
+  const int head = blockIdx.y;
+  const int64_t first_column = int64_t{blockIdx.x} * kAbsorbColumns;
+  const int columns = static_cast<int>(min(int64_t{kAbsorbColumns}, width - first_column));
+  const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32, g = lane / 4,
+            c = lane % 4;
+  const T* const w_head = w_k + int64_t{head} * head_dim * w_row_stride + first_column;
+  for (int i = thread; i < head_dim * (kAbsorbColumns / 8); i += kAbsorbWarps * 32) {
+    const int k = i / (kAbsorbColumns / 8), piece = i % (kAbsorbColumns / 8);
+    const bool real = piece * 8 < columns;
+    copy_async_16(&weights[k][piece * 8], w_head + k * w_row_stride + (real ? piece * 8 : 0), real);
   }
+  copy_async_commit();
+
+  // Rows past the end read row 0 and are not stored.
+  const int row_low = blockIdx.z * kAbsorbRows + 16 * warp + g, row_high = row_low + 8;
+  const T* const q_low = q + int64_t{row_low < rows ? row_low : 0} * q_stride + head * head_dim;
+  const T* const q_high = q + int64_t{row_high < rows ? row_high : 0} * q_stride + head * head_dim;
+  const auto pair = [](const T* p) { return *reinterpret_cast<const uint32_t*>(p); };
+  copy_async_wait<0>();
   __syncthreads();
-  const int64_t column = (int64_t{blockIdx.x} * kAbsorbThreads + threadIdx.x) * 8;
-  if (column >= width) return;
-  const T* weights = w_k + int64_t{head} * head_dim * w_row_stride + column;
-  float sums[kRows][8] = {};
-  for (int first = 0; first < head_dim; first += kQueryChunk) {
-    uint4 raw[kQueryChunk];
+
+  float acc[kAbsorbColumns / 8][4] = {};
+  const int m = lane / 8;
+  for (int step = 0; step < head_dim / 16; ++step) {
+    const int k = 16 * step + 2 * c;
+    const uint32_t a[4] = {pair(q_low + k), pair(q_high + k), pair(q_low + k + 8),
+                           pair(q_high + k + 8)};
 #pragma unroll
-    for (int j = 0; j < kQueryChunk; ++j) {
-      const int at = min(first + j, head_dim - 1);  // past head_dim: a weight times a zero query
-      raw[j] = *reinterpret_cast<const uint4*>(weights + at * w_row_stride);
-    }
-#pragma unroll
-    for (int j = 0; j < kQueryChunk; ++j) {
-      T values[8];
-      memcpy(values, &raw[j], sizeof raw[j]);
-#pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const float value = first + j < head_dim ? query[r][first + j] : 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) sums[r][i] += value * to_float(values[i]);
-      }
+    for (int n = 0; n < kAbsorbColumns / 16; ++n) {
+      if (16 * n >= columns) break;
+      uint32_t b[4];
+      load_matrix_x4_transposed(
+          b, &weights[16 * step + (m & 1) * 8 + lane % 8][16 * n + (m >> 1) * 8]);
+      mma_16816<T>(acc[2 * n], a, b[0], b[1]);
+      mma_16816<T>(acc[2 * n + 1], a, b[2], b[3]);
     }
   }
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (r < block_rows) {
-      store_pack<8>(sums[r], out + ((first_row + r) * int64_t{heads} + head) * width + column);
+  for (int n = 0; n < kAbsorbColumns / 8; ++n) {
+    if (8 * n >= columns) break;
+    const int64_t column = first_column + 8 * n + 2 * c;
+    if (row_low < rows) {
+      *reinterpret_cast<uint32_t*>(out + (int64_t{row_low} * heads + head) * width + column) =
+          pack_pair<T>(scale * acc[n][0], scale * acc[n][1]);
+    }
+    if (row_high < rows) {
+      *reinterpret_cast<uint32_t*>(out + (int64_t{row_high} * heads + head) * width + column) =
+          pack_pair<T>(scale * acc[n][2], scale * acc[n][3]);
     }
   }
 }
@@ -180,9 +196,8 @@ constexpr int kFrameTile = 32;  // frames a tile: two mma row blocks, a frame pe
 constexpr int kFrameBlocks = kFrameTile / 16;
 constexpr int kFrameStages = 2;
 constexpr int kMaxHeadTiles = 3;
-constexpr int kMaxFrameHeads = 8 * kMaxHeadTiles;
+static_assert(kMaxFrameHeads == 8 * kMaxHeadTiles);
 constexpr int kMaxWidthTiles = 10;  // 16-wide column tiles a warp: width ≤ 8 · 16 · 10 = 1280
-constexpr int kMaxFrameSplits = 8;  // the portable cluster size
 constexpr int kPartialPitch = kFrameTile + 1;
 constexpr int kProbabilityPitch = kFrameTile + 8;
 
@@ -426,65 +441,84 @@ __global__ void __launch_bounds__(kFrameThreads, 1)
   }
   __syncthreads();
 
-  T* const target = out + (row * heads + first_head) * width;
-  if (splits == 1) {
-    for (int h = 0; h < cta_heads; ++h) {
-      const float sum = final_sum[h];
-      const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
-      for (int column = thread; column < width; column += kFrameThreads) {
-        target[h * width + column] = from_float<T>(output[h * output_pitch + column] * inverse);
-      }
-    }
-    return;
-  }
+  write_frame_attention<T, kFrameThreads>(output, output_pitch, final_max, final_sum, coefficients,
+                                          cta_heads, width,
+                                          out + (row * heads + first_head) * width);
+}
 
-  // The cluster's CTAs: CTA `split` merges columns [split · share, (split + 1) · share) of every
-  // head from all of them.
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (thread < cta_heads) {
-    const int h = thread;
-    float merged_max = -INFINITY;
-    for (int rank = 0; rank < splits; ++rank) {
-      merged_max = fmaxf(merged_max, *cluster.map_shared_rank(&final_max[h], rank));
-    }
-    const float reference = exp_reference(merged_max);
-    float merged_sum = 0.0f;
-    for (int rank = 0; rank < splits; ++rank) {
-      const float weight = expf(*cluster.map_shared_rank(&final_max[h], rank) - reference);
-      coefficients[rank * kMaxFrameHeads + h] = weight;
-      merged_sum += *cluster.map_shared_rank(&final_sum[h], rank) * weight;
-    }
-    const float inverse = merged_sum > 0.0f ? 1.0f / merged_sum : 0.0f;
-    for (int rank = 0; rank < splits; ++rank) coefficients[rank * kMaxFrameHeads + h] *= inverse;
+// ---- quantize_frames ---------------------------------------------------------------------------
+//
+// Two passes over a window: each channel's largest magnitude (a CTA per 64 channels, its 8 warps
+// on every 8th frame, a lane on 2 channels: 128-byte rows), then a warp per frame for its scale
+// and codes.
+
+constexpr int kChannelWarps = 8;
+constexpr int kChannelsPerCta = 64;
+
+template <class T>
+__global__ void __launch_bounds__(kChannelWarps * 32)
+    frame_channel_scales_kernel(const T* __restrict__ frames, int frame_count, int width,
+                                float* __restrict__ channel_scales) {
+  __shared__ float2 partial[kChannelWarps][32];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t window = blockIdx.y;
+  const int channel = blockIdx.x * kChannelsPerCta + 2 * lane;
+  const bool real = channel < width;
+  const T* x = frames + window * frame_count * width + (real ? channel : 0);
+  float2 largest = {0.0f, 0.0f};
+  for (int t = warp; t < frame_count; t += kChannelWarps) {
+    const float2 pair = unpack_pair<T>(*reinterpret_cast<const uint32_t*>(x + int64_t{t} * width));
+    largest.x = fmaxf(largest.x, fabsf(pair.x));
+    largest.y = fmaxf(largest.y, fabsf(pair.y));
   }
+  partial[warp][lane] = largest;
   __syncthreads();
-  const int share = (width + splits - 1) / splits;
-  const int first_column = split * share, end_column = min(width, first_column + share);
-  const float* remote[kMaxFrameSplits];
-#pragma unroll
-  for (int rank = 0; rank < kMaxFrameSplits; ++rank) {
-    remote[rank] = cluster.map_shared_rank(output, rank < splits ? rank : 0);
+  if (warp != 0 || !real) return;
+  for (int w = 1; w < kChannelWarps; ++w) {
+    largest.x = fmaxf(largest.x, partial[w][lane].x);
+    largest.y = fmaxf(largest.y, partial[w][lane].y);
   }
-  // Every thread on (head, column) pairs, all ranks' values of a pair in flight together.
-  const int columns = max(0, end_column - first_column);
-  for (int i = thread; i < cta_heads * columns; i += kFrameThreads) {
-    const int h = i / columns, column = first_column + i % columns;
-    const int64_t at = h * output_pitch + column;
-    float parts[kMaxFrameSplits];
+  float* const out = channel_scales + window * width + channel;
+  out[0] = largest.x > 0.0f ? largest.x : 1.0f;
+  out[1] = largest.y > 0.0f ? largest.y : 1.0f;
+}
+
+constexpr int kCodeWarps = 8;
+
+template <class T>
+__global__ void __launch_bounds__(kCodeWarps * 32)
+    frame_codes_kernel(const T* __restrict__ frames, int64_t frame_rows, int frame_count, int width,
+                       const float* __restrict__ channel_scales, uint8_t* __restrict__ codes,
+                       float* __restrict__ frame_scales) {
+  const int lane = threadIdx.x % 32;
+  const int64_t row = int64_t{blockIdx.x} * kCodeWarps + threadIdx.x / 32;
+  if (row >= frame_rows) return;
+  const T* const x = frames + row * width;
+  const float* const scales = channel_scales + (row / frame_count) * width;
+  // Pass 1: the frame's largest |x / channel scale|; pass 2 reads x again (from L1) to code it.
+  float largest = 0.0f;
+  for (int column = 8 * lane; column < width; column += 8 * 32) {
+    float values[8];
+    load_pack<8>(x + column, values);
 #pragma unroll
-    for (int rank = 0; rank < kMaxFrameSplits; ++rank) {
-      parts[rank] = rank < splits ? remote[rank][at] : 0.0f;
-    }
-    float value = 0.0f;
-#pragma unroll
-    for (int rank = 0; rank < kMaxFrameSplits; ++rank) {
-      if (rank < splits) value += coefficients[rank * kMaxFrameHeads + h] * parts[rank];
-    }
-    target[h * width + column] = from_float<T>(value);
+    for (int i = 0; i < 8; ++i) largest = fmaxf(largest, fabsf(values[i]) / scales[column + i]);
   }
-  cluster.sync();  // the other CTAs' shared memory must outlive these reads
+  largest = warp_max(largest);
+  const float frame_scale = largest > 0.0f ? largest : 1.0f;
+  if (lane == 0) frame_scales[row] = frame_scale;
+  const float step = 127.0f / frame_scale;
+  for (int column = 8 * lane; column < width; column += 8 * 32) {
+    float values[8];
+    load_pack<8>(x + column, values);
+    uint32_t packed[2] = {0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      const float scaled =
+          fminf(fmaxf(rintf(values[i] / scales[column + i] * step), -127.0f), 127.0f);
+      packed[i / 4] |= static_cast<uint32_t>(static_cast<int>(scaled) + 128) << (8 * (i % 4));
+    }
+    *reinterpret_cast<uint2*>(codes + row * width + column) = make_uint2(packed[0], packed[1]);
+  }
 }
 
 template <class F>
@@ -499,25 +533,26 @@ void with_half_type(Element e, const char* what, F&& f) {
 bool frame_attention_runs(Element e, int heads, int64_t width) {
   return (e == Element::f16 || e == Element::bf16) && heads > 0 && heads <= kMaxFrameHeads &&
          width > 0 && width % 16 == 0 && width <= kFrameWarps * 16 * kMaxWidthTiles &&
-         width % heads == 0 && width / heads <= kMaxAbsorbHeadDim;
+         width % heads == 0 && width / heads <= kMaxAbsorbHeadDim && width / heads % 16 == 0;
 }
 
 void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int heads, int head_dim,
                   const void* w_k, int64_t w_row_stride, int64_t width, float scale, void* out,
                   cudaStream_t stream) {
   if (rows <= 0) return;
-  if (head_dim > kMaxAbsorbHeadDim) fail("absorb_query: head_dim ", head_dim, " > 128");
-  if (width % 8 != 0 || w_row_stride % 8 != 0 || !aligned(w_k, 16) || !aligned(out, 16)) {
-    fail("absorb_query: weight and output rows must be 16-byte aligned");
+  if (head_dim > kMaxAbsorbHeadDim || head_dim % 16 != 0) {
+    fail("absorb_query: head_dim ", head_dim, " (a multiple of 16 up to 128)");
   }
-  // One row (a batch-1 step) in its own form, so that it computes no rows it does not have.
-  const int block_rows = rows == 1 ? 1 : 8;
-  const dim3 grid(static_cast<unsigned>(ceil_div(width / 8, kAbsorbThreads)), heads,
-                  static_cast<unsigned>(ceil_div(rows, block_rows)));
+  if (width % 16 != 0 || w_row_stride % 8 != 0 || q_stride % 2 != 0 || !aligned(w_k, 16) ||
+      !aligned(q, 4) || !aligned(out, 4)) {
+    fail("absorb_query: rows must be aligned and a multiple of 16 values wide");
+  }
+  if (ceil_div(rows, kAbsorbRows) > 65535) fail("absorb_query: ", rows, " rows");
+  const dim3 grid(static_cast<unsigned>(ceil_div(width, kAbsorbColumns)), heads,
+                  static_cast<unsigned>(ceil_div(rows, kAbsorbRows)));
   with_half_type(e, "absorb_query", [&](auto zero) {
     using T = decltype(zero);
-    const auto kernel = block_rows == 1 ? absorb_query_kernel<T, 1> : absorb_query_kernel<T, 8>;
-    kernel<<<grid, kAbsorbThreads, 0, stream>>>(
+    absorb_query_kernel<T><<<grid, kAbsorbWarps * 32, 0, stream>>>(
         static_cast<const T*>(q), q_stride, static_cast<const T*>(w_k), w_row_stride,
         static_cast<int>(rows), heads, head_dim, width, scale, static_cast<T*>(out));
   });
@@ -586,6 +621,29 @@ void absorb_values(Element e, const void* o, int64_t rows, int heads, int head_d
         static_cast<T*>(context), context_stride);
   });
   check_launch("absorb_values");
+}
+
+void quantize_frames(Element e, const void* frames, int windows, int frame_count, int64_t width,
+                     uint8_t* codes, float* frame_scales, float* channel_scales,
+                     cudaStream_t stream) {
+  if (windows <= 0 || frame_count <= 0) return;
+  if (width % 8 != 0 || !aligned(frames, 16) || !aligned(codes, 8)) {
+    fail("quantize_frames: rows must be a multiple of 8 values wide and aligned");
+  }
+  if (windows > 65535) fail("quantize_frames: ", windows, " windows (at most 65535 a launch)");
+  with_half_type(e, "quantize_frames", [&](auto zero) {
+    using T = decltype(zero);
+    const T* x = static_cast<const T*>(frames);
+    frame_channel_scales_kernel<T>
+        <<<dim3(static_cast<unsigned>(ceil_div(width, kChannelsPerCta)), windows),
+           kChannelWarps * 32, 0, stream>>>(x, frame_count, static_cast<int>(width),
+                                            channel_scales);
+    const int64_t rows = int64_t{windows} * frame_count;
+    frame_codes_kernel<T>
+        <<<static_cast<unsigned>(ceil_div(rows, kCodeWarps)), kCodeWarps * 32, 0, stream>>>(
+            x, rows, frame_count, static_cast<int>(width), channel_scales, codes, frame_scales);
+  });
+  check_launch("quantize_frames");
 }
 
 }  // namespace hark::compute::cuda

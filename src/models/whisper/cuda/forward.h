@@ -44,24 +44,37 @@ struct EncoderBuffers {
 //     absorb_values). Nothing per decoder layer is stored (large-v3: 3.8 MB a window where its
 //     K/V take 246 MB in F16), no K/V product runs after the encoder, and a step reads d values a
 //     frame and layer instead of 2d. Runs for 16-bit weights that are not Q8_0, at most 24
-//     heads of at most 128 values, and d a multiple of 16 up to 1280 (every Whisper size). Not
-//     the default: its kernels do not yet read the frames fast enough, and the steps are slower
-//     than native ones (bench/RESULTS.md).
-enum class CrossKvStorage : uint8_t { native, int8, frames };
+//     heads of a multiple of 16 values up to 128, and d a multiple of 16 up to 1280 (every Whisper
+//     size). Not the default: its kernels do not yet read the frames fast enough, and the steps are
+//     slower than native ones (bench/RESULTS.md).
+//   int8_frames: the frames as with `frames`, and a copy in INT8, scaled per channel and frame
+//     (kernels.h: Int8Frames), that the decoder's steps and short prompts attend over on the
+//     tensor cores (frame_attention_sm90.h): a step reads d bytes a frame and layer, a quarter
+//     of the INT8 K/V's bytes. Long prompts attend over the 16-bit frames, as with `frames`. Runs
+//     where `frames` does, for F16 weights, d a multiple of 128, on an H100/H200.
+enum class CrossKvStorage : uint8_t { native, int8, frames, int8_frames };
 
-// The storage a model uses: native, unless the environment's HARK_CUDA_CROSS_KV (native, int8 or
-// frames; read at each call, and a model calls this once, when it loads) asks for another.
+// Whether the storage keeps the frames rather than per-layer K/V (frames, int8_frames).
+inline bool over_frames(CrossKvStorage storage) {
+  return storage == CrossKvStorage::frames || storage == CrossKvStorage::int8_frames;
+}
+
+// The storage a model uses: native, unless the environment's HARK_CUDA_CROSS_KV (native, int8,
+// frames or int8-frames; read at each call, and a model calls this once, when it loads) asks for
+// another.
 CrossKvStorage cross_kv_storage(const Config& config, const Weights& w);
 
 // What the decoder reads of a batch of encoded windows: frames [count, frames, d] after the
-// final norm, and, unless the storage is `frames`, cross_kv [count, frames, layers · 2d] (every
-// decoder layer's K and V, layer l's K at 2d·l and its V d after), in the pass's element type or,
-// for INT8 storage, as int8 values with cross_kv_scales F32, each window group-major
-// (compute/cuda/kernels.h: group_major_strides): the head_dim values of a head for all frames
-// of a window in one run, [count, layers · 2 · heads, frames, head_dim] and scales
+// final norm (with int8_frames, also quantised: frame_codes, frame_scales, channel_scales as
+// kernels.h's Int8Frames describes), and, unless the storage is over the frames, cross_kv [count,
+// frames, layers · 2d] (every decoder layer's K and V, layer l's K at 2d·l and its V d after), in
+// the pass's element type or, for INT8 storage, as int8 values with cross_kv_scales F32, each
+// window group-major (compute/cuda/kernels.h: group_major_strides): the head_dim values of a head
+// for all frames of a window in one run, [count, layers · 2 · heads, frames, head_dim] and scales
 // [count, layers · 2 · heads, frames] (layer l's K heads at 2·heads·l, its V heads after).
 struct EncodedBuffers {
   gpu::Buffer frames, cross_kv, cross_kv_scales;
+  gpu::Buffer frame_codes, frame_scales, channel_scales;
   CrossKvStorage storage = CrossKvStorage::native;
   int count = 0;
 };
@@ -104,13 +117,15 @@ class KvCaches {
 
 // The cross-attention K/V that a decoder batch reads: sequence b reads window kv +
 // b · sequence_stride values (0: all sequences read one window), and for INT8 storage its scales
-// at scales + b · scale_sequence_stride. For `frames` storage, kv is the window's frames.
+// at scales + b · scale_sequence_stride. Over the frames, kv is the window's frames; with
+// int8_frames storage, int8_frames names their INT8 copy too.
 struct CrossKv {
   CrossKvStorage storage = CrossKvStorage::native;
   const void* kv = nullptr;
   int64_t sequence_stride = 0;
   const float* scales = nullptr;
   int64_t scale_sequence_stride = 0;
+  gpu::Int8Frames int8_frames;
 };
 
 // The windows of `encoded` that a decoder batch reads: window `first` for every sequence, or with
@@ -123,7 +138,7 @@ struct DecoderBuffers {
   gpu::Buffer x, h, qkv, context, q, hidden;
   gpu::Buffer cross;  // one layer's cross K/V for a prompt: INT8 dequantised, or from the frames
   gpu::Buffer cross_lengths;       // every window's cross-attention length: frame_lengths
-  gpu::Buffer absorbed, attended;  // frames storage: [rows, heads, d] before and after attending
+  gpu::Buffer absorbed, attended;  // over the frames: [rows, heads, d] before and after attending
 };
 
 // `windows` cross-attention lengths on the device, each the model's frames (what a step's and a

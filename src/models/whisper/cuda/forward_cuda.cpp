@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "compute/cuda/frame_attention_sm90.h"
 
 namespace hark::whisper::cuda {
 
@@ -30,7 +31,8 @@ std::optional<CrossKvStorage> requested_cross_kv_storage() {
   if (name == "int8") return CrossKvStorage::int8;
   if (name == "native") return CrossKvStorage::native;
   if (name == "frames") return CrossKvStorage::frames;
-  fail("HARK_CUDA_CROSS_KV is '", text, "': expected frames, native or int8");
+  if (name == "int8-frames") return CrossKvStorage::int8_frames;
+  fail("HARK_CUDA_CROSS_KV is '", text, "': expected frames, int8-frames, native or int8");
 }
 
 // Windows up to which encode() replays its layers as a graph: the batches whose scratch stays
@@ -92,8 +94,16 @@ CrossKvStorage cross_kv_storage(const Config& config, const Weights& w) {
   if (requested == CrossKvStorage::frames && !frames_run(config, w)) {
     fail(
         "HARK_CUDA_CROSS_KV=frames: this model cannot attend over its frames (it needs 16-bit "
-        "weights that are not Q8_0, at most 24 heads of at most 128 values, and a width that "
-        "is a multiple of 16 up to 1280)");
+        "weights that are not Q8_0, at most 24 heads of a multiple of 16 values up to 128, and a "
+        "width that is a multiple of 16 up to 1280)");
+  }
+  if (requested == CrossKvStorage::int8_frames &&
+      !(frames_run(config, w) &&
+        gpu::frame_attention_int8_runs(w.element, config.decoder_heads, config.d_model))) {
+    fail(
+        "HARK_CUDA_CROSS_KV=int8-frames: this model or GPU cannot attend over INT8 frames (it "
+        "needs an H100/H200, F16 weights, at most 24 heads and a width that is a multiple of 128 "
+        "up to 1280)");
   }
   return requested.value_or(CrossKvStorage::native);
 }
@@ -196,12 +206,20 @@ void encode(gpu::Pass& pass, const Config& config, const Weights& w, const Encod
     s.hidden = {};
   }
 
-  pass.mark(storage == CrossKvStorage::frames ? "encoder final norm" : "cross-attention K/V");
+  pass.mark(over_frames(storage) ? "encoder final norm" : "cross-attention K/V");
   out.count = count;
   out.storage = storage;
   out.frames = gpu::Buffer(pass.bytes(rows * d));
   pass.layer_norm(s.x.data(), rows, w.encoder_norm, d, out.frames.data());
-  if (storage == CrossKvStorage::frames) {
+  if (storage == CrossKvStorage::int8_frames) {
+    out.frame_codes = gpu::Buffer(rows * d);
+    out.frame_scales = gpu::Buffer(sizeof(float) * rows);
+    out.channel_scales = gpu::Buffer(sizeof(float) * count * d);
+    gpu::quantize_frames(e, out.frames.data(), count, static_cast<int>(frames), d,
+                         out.frame_codes.as<uint8_t>(), out.frame_scales.as<float>(),
+                         out.channel_scales.as<float>(), pass.stream());
+  }
+  if (over_frames(storage)) {
     pass.finish_stages();
     return;
   }
@@ -232,10 +250,17 @@ CrossKv cross_kv_of(const Config& config, gpu::Element e, const EncodedBuffers& 
   const int64_t window_scales = frames * 2 * config.decoder_heads * config.decoder_layers;
   CrossKv cross;
   cross.storage = encoded.storage;
-  if (encoded.storage == CrossKvStorage::frames) {
+  if (over_frames(encoded.storage)) {
     const int64_t window_frames = frames * config.d_model;
     cross.kv = offset(encoded.frames.data(), first * window_frames, e);
     cross.sequence_stride = per_sequence ? window_frames : 0;
+    if (encoded.storage == CrossKvStorage::int8_frames) {
+      cross.int8_frames.codes = encoded.frame_codes.as<uint8_t>() + first * window_frames;
+      cross.int8_frames.frame_scales = encoded.frame_scales.as<float>() + first * frames;
+      cross.int8_frames.channel_scales =
+          encoded.channel_scales.as<float>() + first * config.d_model;
+      cross.int8_frames.windowed = per_sequence;
+    }
     return cross;
   }
   cross.sequence_stride = per_sequence ? window : 0;
@@ -307,8 +332,8 @@ CrossLayer cross_layer(const Config& config, const Weights& w, int l, gpu::Eleme
           w.cross_kv.bias.bytes() > 0 ? offset(w.cross_kv.bias.data(), first_row, e) : nullptr};
 }
 
-// Cross-attention of decoder layer l over the frames (frames storage): q [rows, d] to s.context;
-// row r reads the window at cross.kv + (r / rows_per_window) · cross.sequence_stride.
+// Cross-attention of decoder layer l over the frames (frames or, in INT8, int8_frames storage):
+// q [rows, d] to s.context; row r reads window r / rows_per_window of those `cross` names.
 void attend_frames(gpu::Pass& pass, const Config& config, const Weights& w, int l, const void* q,
                    int64_t rows, int64_t rows_per_window, const CrossKv& cross, DecoderBuffers& s) {
   const gpu::Element e = pass.element();
@@ -321,9 +346,14 @@ void attend_frames(gpu::Pass& pass, const Config& config, const Weights& w, int 
   const void* b_v = layer.bias != nullptr ? offset(layer.bias, d, e) : nullptr;
   gpu::absorb_query(e, q, d, rows, heads, head_dim, w_k, d, d, w.decoder_scale, s.absorbed.data(),
                     pass.stream());
-  gpu::frame_attention(e, s.absorbed.data(), rows, heads, d, cross.kv,
-                       static_cast<int>(config.max_source_positions), cross.sequence_stride,
-                       rows_per_window, s.attended.data(), pass.stream());
+  const int frames = static_cast<int>(config.max_source_positions);
+  if (cross.storage == CrossKvStorage::int8_frames) {
+    gpu::frame_attention_int8(e, s.absorbed.data(), rows, heads, d, cross.int8_frames, frames,
+                              rows_per_window, s.attended.data(), pass.stream());
+  } else {
+    gpu::frame_attention(e, s.absorbed.data(), rows, heads, d, cross.kv, frames,
+                         cross.sequence_stride, rows_per_window, s.attended.data(), pass.stream());
+  }
   gpu::absorb_values(e, s.attended.data(), rows, heads, head_dim, w_v, d, b_v, d, s.context.data(),
                      d, pass.stream());
 }
@@ -382,7 +412,7 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
   const int64_t d = config.d_model, rows = int64_t{batch} * steps;
   const int64_t frames = config.max_source_positions, kv_row = 2 * d * config.decoder_layers;
   const int heads = config.decoder_heads;
-  const bool frames_storage = cross.storage == CrossKvStorage::frames;
+  const bool frames_storage = over_frames(cross.storage);
   const bool prompt_over_frames = frames_storage && steps <= kStepLikePromptRows;
   const bool prompt_over_int8 =
       cross.storage == CrossKvStorage::int8 && steps <= kStepLikePromptRows;
@@ -484,7 +514,7 @@ void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, 
   const int64_t d = config.d_model, kv_row = 2 * d * config.decoder_layers;
   const int heads = config.decoder_heads;
   const int head_dim = static_cast<int>(d / heads);
-  if (cross.storage == CrossKvStorage::frames) {
+  if (over_frames(cross.storage)) {
     attend_frames(pass, config, w, l, q, batch, 1, cross, s);
     return;
   }
@@ -510,7 +540,7 @@ bool cross_query_fused(const Config& config, const Weights& w, CrossKv cross, gp
     return value == nullptr || value[0] != '0';
   }();
   const int head_dim = static_cast<int>(config.d_model / config.decoder_heads);
-  return enabled && cross.storage != CrossKvStorage::frames &&
+  return enabled && !over_frames(cross.storage) &&
          gpu::attention_query_fuses(e, batch, config.decoder_heads, head_dim, config.d_model,
                                     w.decoder_layers[0].cross_q.weight.q8_0);
 }
@@ -581,7 +611,7 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   const gpu::Element e = pass.element();
   const int64_t d = config.d_model;
   const int heads = config.decoder_heads;
-  reserve_decoder(pass, config, batch, cross.storage == CrossKvStorage::frames ? batch : 0, s);
+  reserve_decoder(pass, config, batch, over_frames(cross.storage) ? batch : 0, s);
   gpu::embed(e, w.tokens.data.data(), gpu::q8_0_scales(w.tokens), w.decoder_positions.data(), ids,
              positions, batch, d, s.x.data(), pass.stream());
   if (fused_step_fits(config, w, batch)) {

@@ -1,0 +1,600 @@
+// Cross-attention over INT8 frames (frame_attention_sm90.h) on wgmma.
+//
+// frame_attention (kernels_cross_attention.cu) runs every head of a query row over one pass of
+// its window's frames X: S = X · Q̃ᵀ [frames × heads], the online softmax of each head, then
+// Oᵀ += Xᵀ · Pᵀ [width × heads]. Here X arrives as bytes (codes offset by 128), a 64-frame tile
+// at a time through a 2-stage cp.async ring, and both products run on wgmma:
+//   - S on the integer tensor cores, straight from shared memory: codes (u8) times the queries
+//     (times the channel scales) split in two signed bytes, q ≈ s₁ · hi + s₂ · lo with
+//     s₂ = s₁ / 254, which keeps about 15 bits of each query value (F16 keeps 11). One
+//     m64n48k32 product takes both bytes (N = 2 · 24 heads); the integer sums are exact, and the
+//     codes' offset comes off as 128 · Σ hi (and lo) per head.
+//   - O on the F16 tensor cores with Xᵀ as the A operand in registers: each thread loads its
+//     fragments' bytes from shared memory and turns them into F16 with byte permutes (a code u
+//     becomes the F16 1024 + u, and 1152 is subtracted: the exact integer u − 128). B is P times
+//     the frame scales, F16, in shared memory.
+//
+// A CTA of two warpgroups takes a query row and a range of frames (a split; the splits of a row
+// form a cluster and merge as frame_splits.cuh does). Per tile:
+//   S: each warpgroup over half the width's 128-byte chunks (5 for large-v3), the second's
+//     partial sums passed to the first through shared memory;
+//   softmax: the first warpgroup scales S by the frame scales, keeps each head's running max
+//     (its threads' partial sums of P stay per thread until the end) and writes P for the
+//     values' product over the same shared memory;
+//   O: each warpgroup over its half of the width's rows: 5 pairs of 64-row tiles for large-v3,
+//     120 F32 accumulators a thread.
+//
+// The tile is stored as wgmma's K-major operand in the 128-byte swizzle: per 128 columns a
+// [64 frames][128 bytes] block, 16-byte piece p of frame t at p ^ (t % 8). For O, 64-row tiles
+// go in pairs of 128 columns (one block), and lane (g, c) of warp w holds columns 4(8w + g) .. + 3
+// of the pair (one word a frame): rows 16w + g and + 8 of the pair's first tile are the first
+// two, of the second tile the other two; its frames are k = 2c, 2c + 1, 2c + 8, 2c + 9 of each
+// k-step, in order. A warp's 32 words then fall in 32 different banks.
+#include "compute/cuda/frame_attention_sm90.h"
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "base/error.h"
+#include "compute/cuda/device.h"
+#include "compute/cuda/element.cuh"
+#include "compute/cuda/frame_splits.cuh"
+#include "compute/cuda/hopper.cuh"
+#include "compute/cuda/tensor_core.cuh"
+
+namespace hark::compute::cuda {
+
+namespace {
+
+using namespace hopper;
+
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kTile = 64;  // frames a tile: the M of the score product
+constexpr int kStages = 2;
+constexpr int kHeads = 24;  // N of O's product and of each byte of S's: the heads, padded
+static_assert(kHeads == kMaxFrameHeads);
+constexpr int kMaxWidth = 1280;
+constexpr int kMaxPairs = kMaxWidth / 128 / kWarpgroups;   // pairs of 64-row O tiles a warpgroup
+constexpr int kOperandRowBytes = 128;                      // the 128-byte swizzle's rows
+constexpr int kTileChunkBytes = kTile * kOperandRowBytes;  // 128 columns of a tile's frames
+constexpr int kQueryChunkBytes = 2 * kHeads * kOperandRowBytes;  // 128 columns of hi and lo
+constexpr int kExchangeBytes = kTile * kHeads * 4;               // S partial F32, then P F16
+constexpr int kStatsBytes = 1024;     // per-warp maxima, rescales, the queries' scales and sums
+constexpr float kLazyRescale = 8.0f;  // in log2 units (above)
+
+// Shared memory: the queries (B of S: width / 128 chunks of [48 rows: hi of 24 heads, then lo]
+// [128 bytes] in the 128-byte swizzle), the exchange (S partial, then B of O: [24 heads][64
+// frames] F16, swizzled), the stats and the two stages of byte tiles (A of S: width / 128 chunks
+// of [64 frames][128 bytes], swizzled). After the last tile, the stages hold the
+// unnormalised output F32 [24][width + 4] and the queries' space the final max and sum and the
+// merge coefficients.
+struct Layout {
+  int queries, exchange, stats, tiles, bytes;
+  __host__ __device__ static constexpr Layout of(int width) {
+    Layout l{};
+    l.queries = 0;
+    l.exchange = l.queries + width / 128 * kQueryChunkBytes;  // a multiple of 1024, as B must start
+    l.stats = l.exchange + kExchangeBytes;
+    l.tiles = l.stats + kStatsBytes;
+    l.bytes = l.tiles + kStages * kTile * width;
+    return l;
+  }
+};
+static_assert(Layout::of(kMaxWidth).bytes <= 227 * 1024, "shared memory of one CTA");
+static_assert(kHeads * (kMaxWidth + 4) * 4 <= kStages * kTile * kMaxWidth, "output in the stages");
+static_assert(4 * (2 + kMaxFrameSplits) * kMaxFrameHeads <= kQueryChunkBytes);
+
+__device__ __forceinline__ uint32_t load_word(const unsigned char* shared) {
+  return *reinterpret_cast<const uint32_t*>(shared);
+}
+
+// Two bytes of `bytes` (0 and 1, or 2 and 3: selector 0x4140 or 0x4342) as the F16 pair of
+// their codes minus 128: the byte u goes under the exponent of 1024, whose units are 1.
+__device__ __forceinline__ uint32_t code_pair(uint32_t bytes, uint32_t selector) {
+  const uint32_t biased = __byte_perm(bytes, 0x64646464u, selector);
+  const __half2 value = __hsub2(*reinterpret_cast<const __half2*>(&biased),
+                                __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));
+  return *reinterpret_cast<const uint32_t*>(&value);
+}
+constexpr uint32_t kLowPair = 0x4140, kHighPair = 0x4342;
+
+// d += a · bᵀ for a 64 × 16 tile a in registers (the A fragment of wgmma_64x64x16_registers) and
+// a 24 × 16 tile b, K-major in shared memory (its descriptor). Thread t of the warpgroup holds
+// d[4j + 2i + c] at row 16·(t / 32) + (t % 32) / 4 + 8i, column 8j + 2·(t % 4) + c.
+__device__ __forceinline__ void wgmma_64x24x16(float (&d)[12], const uint32_t (&a)[4], uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, {%12, %13, %14, %15}, %16, 1, 1, 1, "
+      "0;\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b));
+}
+
+// d += a · bᵀ for a 64 × 32 tile a of bytes (u8) and a 48 × 32 tile b of signed bytes, both
+// K-major in shared memory (descriptors); d as in wgmma_64x24x16 with 6 column groups j.
+__device__ __forceinline__ void wgmma_64x48x32_bytes(int (&d)[24], uint64_t a, uint64_t b) {
+  asm volatile(
+      "wgmma.mma_async.sync.aligned.m64n48k32.s32.u8.s8 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, "
+      "%20, %21, %22, %23}, %24, %25, 1;\n"
+      : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]),
+        "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]),
+        "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]),
+        "+r"(d[21]), "+r"(d[22]), "+r"(d[23])
+      : "l"(a), "l"(b));
+}
+
+// The descriptor unit is 16 bytes: a k-step (16 F16 values or 32 bytes) is 2 units on; chunks
+// of the tile and of the queries 512 and 384.
+constexpr uint64_t kStepUnits = 32 / 16;
+constexpr uint64_t kTileChunkUnits = kTileChunkBytes / 16, kQueryChunkUnits = kQueryChunkBytes / 16;
+
+__global__ void __launch_bounds__(kThreads, 1)
+    frame_attention_int8_kernel(const __half* __restrict__ queries, Int8Frames frames,
+                                int rows_per_window, int frame_count, int heads, int width,
+                                __half* __restrict__ out) {
+  extern __shared__ __align__(1024) unsigned char shared[];
+  const Layout layout = Layout::of(width);
+  unsigned char* const query_chunks = shared + layout.queries;
+  unsigned char* const exchange = shared + layout.exchange;
+  float* const warp_max = reinterpret_cast<float*>(shared + layout.stats);  // [4][kHeads]
+  float* const rescale = warp_max + 4 * kHeads;                             // [kHeads]
+  int* const rescaled = reinterpret_cast<int*>(rescale + kHeads);  // whether any factor is not 1
+  float* const query_scale = rescale + kHeads + 1;                 // s₁ of each head [kHeads]
+  // Per warpgroup's chunks, each head's Σ hi and Σ lo: [2][kHeads][2].
+  int* const byte_sums = reinterpret_cast<int*>(query_scale + kHeads);
+  unsigned char* const tiles = shared + layout.tiles;
+  // The swizzled operands assume the 1024-byte alignment asked for above, which dynamic shared
+  // memory without static shared memory has; there is no room to align it here.
+  if ((shared_address(shared) & 1023) != 0) __trap();
+
+  allow_dependent_kernels();
+  const int splits = gridDim.x, split = blockIdx.x;
+  const int64_t row = blockIdx.z;
+  const int64_t window = frames.windowed ? row / rows_per_window : 0;
+  const uint8_t* const codes = frames.codes + window * frame_count * width;
+  const float* const frame_scales = frames.frame_scales + window * frame_count;
+  const float* const channel_scales = frames.channel_scales + window * width;
+
+  const int tile_count = (frame_count + kTile - 1) / kTile;
+  const int tiles_per_split = (tile_count + splits - 1) / splits;
+  const int tile_begin = min(tile_count, split * tiles_per_split);
+  const int tile_end = min(tile_count, tile_begin + tiles_per_split);
+
+  const int thread = threadIdx.x, warpgroup = thread / 128, group_thread = thread % 128;
+  const int warp = group_thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
+  const int pieces = width / 16;  // 16-byte pieces of a frame
+  const int stage_bytes = kTile * width;
+
+  // Thread i copies pieces i, i + kThreads, ... of a tile (row-major): its first piece's row and
+  // column, and the step to the next, kThreads / pieces rows and kThreads % pieces pieces on.
+  const int first_row = thread / pieces, first_piece = thread % pieces;
+  const int row_step = kThreads / pieces, piece_step = kThreads % pieces;
+  const auto load_tile = [&](int tile, int stage) {
+    const uint32_t target = shared_address(tiles + stage * stage_bytes);
+    for (int t = first_row, p = first_piece; t < kTile;) {
+      const int frame = tile * kTile + t;
+      const bool real = frame < frame_count;
+      copy_async_16(
+          target + (p / 8) * kTileChunkBytes + t * kOperandRowBytes + (((p % 8) ^ (t & 7)) * 16),
+          codes + int64_t{real ? frame : 0} * width + p * 16, real);
+      t += row_step;
+      p += piece_step;
+      if (p >= pieces) p -= pieces, ++t;
+    }
+  };
+  if (tile_begin < tile_end) load_tile(tile_begin, 0);
+  copy_async_commit();
+
+  // The queries times the channel scales as two signed bytes a value (above): first each head's
+  // largest magnitude, then the bytes, a thread per head and 16 columns at a time. The first
+  // warpgroup's S takes chunks [0, first_chunks), the second the rest.
+  const int chunks = width / 128, first_chunks = (chunks + 1) / 2;
+  const __half* const query = queries + row * heads * width;
+  const int pieces_of_heads = kHeads * (width / 16);
+  const auto scaled_query = [&](int h, int column, float(&values)[16]) {
+    __half raw[16];
+    *reinterpret_cast<uint4*>(raw) = *reinterpret_cast<const uint4*>(query + h * width + column);
+    *reinterpret_cast<uint4*>(raw + 8) =
+        *reinterpret_cast<const uint4*>(query + h * width + column + 8);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const float4 scales = *reinterpret_cast<const float4*>(channel_scales + column + 4 * q);
+      values[4 * q] = __half2float(raw[4 * q]) * scales.x;
+      values[4 * q + 1] = __half2float(raw[4 * q + 1]) * scales.y;
+      values[4 * q + 2] = __half2float(raw[4 * q + 2]) * scales.z;
+      values[4 * q + 3] = __half2float(raw[4 * q + 3]) * scales.w;
+    }
+  };
+  if (thread < kHeads) query_scale[thread] = 0.0f;
+  if (thread < 4 * kHeads) byte_sums[thread] = 0;
+  __syncthreads();
+  for (int i = thread; i < pieces_of_heads; i += kThreads) {
+    const int h = i / (width / 16), column = i % (width / 16) * 16;
+    if (h >= heads) continue;
+    float values[16];
+    scaled_query(h, column, values);
+    float largest = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) largest = fmaxf(largest, fabsf(values[j]));
+    // Non-negative floats order as their bits do.
+    atomicMax(reinterpret_cast<int*>(query_scale + h), __float_as_int(largest));
+  }
+  __syncthreads();
+  for (int i = thread; i < pieces_of_heads; i += kThreads) {
+    const int h = i / (width / 16), column = i % (width / 16) * 16;
+    uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
+    int hi_sum = 0, lo_sum = 0;
+    if (h < heads) {
+      float values[16];
+      scaled_query(h, column, values);
+      const float largest = query_scale[h];
+      const float high_step = largest > 0.0f ? largest / 127.0f : 1.0f;
+      const float low_step = high_step / 254.0f;
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        const float high = rintf(values[j] / high_step);
+        const float low =
+            fminf(fmaxf(rintf((values[j] - high * high_step) / low_step), -127.0f), 127.0f);
+        hi_sum += static_cast<int>(high);
+        lo_sum += static_cast<int>(low);
+        hi[j / 4] |= (static_cast<uint32_t>(static_cast<int>(high)) & 0xFFu) << (8 * (j % 4));
+        lo[j / 4] |= (static_cast<uint32_t>(static_cast<int>(low)) & 0xFFu) << (8 * (j % 4));
+      }
+      const int half = column / 128 < first_chunks ? 0 : 1;
+      atomicAdd(byte_sums + (half * kHeads + h) * 2, hi_sum);
+      atomicAdd(byte_sums + (half * kHeads + h) * 2 + 1, lo_sum);
+    }
+    unsigned char* const chunk = query_chunks + (column / 128) * kQueryChunkBytes;
+    const int piece = column % 128 / 16;
+    *reinterpret_cast<uint4*>(chunk + h * kOperandRowBytes + ((piece ^ (h & 7)) * 16)) =
+        make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    const int low_row = kHeads + h;
+    *reinterpret_cast<uint4*>(chunk + low_row * kOperandRowBytes + ((piece ^ (low_row & 7)) * 16)) =
+        make_uint4(lo[0], lo[1], lo[2], lo[3]);
+  }
+  fence_shared_for_tma();
+  __syncthreads();
+
+  // The lane's heads' s₁ and, over this warpgroup's chunks, 128 Σ hi and 128 Σ lo.
+  float high_steps[6];
+  int hi_offsets[6], lo_offsets[6];
+#pragma unroll
+  for (int k = 0; k < 6; ++k) {
+    const int h = 8 * (k / 2) + 2 * c + k % 2;
+    const float largest = query_scale[h];
+    high_steps[k] = largest > 0.0f ? largest / 127.0f : 1.0f;
+    hi_offsets[k] = 128 * byte_sums[(warpgroup * kHeads + h) * 2];
+    lo_offsets[k] = 128 * byte_sums[(warpgroup * kHeads + h) * 2 + 1];
+  }
+
+  // This warpgroup's chunks of S's width and pairs of O's tiles (the same 128 columns).
+  const int first_pair = warpgroup == 0 ? 0 : first_chunks;
+  const int pair_count = warpgroup == 0 ? first_chunks : chunks - first_chunks;
+  const uint64_t query_descriptor = operand_descriptor(query_chunks);
+  const uint64_t probability_descriptor = operand_descriptor(exchange);
+
+  // The first warpgroup's softmax state for the lane's six heads 8j + 2c + e (index 2j + e).
+  float running_max[6], partial_sum[6];
+#pragma unroll
+  for (int k = 0; k < 6; ++k) running_max[k] = -INFINITY, partial_sum[k] = 0.0f;
+
+  float acc[kMaxPairs][2][12];
+#pragma unroll
+  for (int p = 0; p < kMaxPairs; ++p) {
+#pragma unroll
+    for (int k = 0; k < 12; ++k) acc[p][0][k] = acc[p][1][k] = 0.0f;
+  }
+
+  for (int tile = tile_begin, round = 0; tile < tile_end; ++tile, ++round) {
+    copy_async_wait<0>();
+    fence_shared_for_tma();  // the tile's bytes, copied by this thread, for S's descriptors
+    __syncthreads();         // this tile is in; the last tile's products are done with the exchange
+    if (tile + 1 < tile_end) load_tile(tile + 1, (round + 1) % kStages);
+    copy_async_commit();
+    const unsigned char* const x = tiles + (round % kStages) * stage_bytes;
+    // The first warpgroup's frame scales of this tile (rows 16 warp + g and + 8), in flight
+    // during S; 0 past the frames.
+    float frame_scale[2] = {0.0f, 0.0f};
+    if (warpgroup == 0) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int frame = tile * kTile + 16 * warp + g + 8 * i;
+        if (frame < frame_count) frame_scale[i] = frame_scales[frame];
+      }
+    }
+
+    // S over this warpgroup's chunks: hi and lo of every head at once, in integers, then
+    // s₁ (hi − 128 Σ hi) + s₂ (lo − 128 Σ lo) per head (the codes' offset off).
+    float scores[12];
+    {
+      int sums[24];
+#pragma unroll
+      for (int k = 0; k < 24; ++k) sums[k] = 0;
+      fence_registers(sums);
+      wgmma_fence();
+      const uint64_t x_descriptor = operand_descriptor(x);
+      for (int chunk = first_pair; chunk < first_pair + pair_count; ++chunk) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          wgmma_64x48x32_bytes(sums, x_descriptor + chunk * kTileChunkUnits + k * kStepUnits,
+                               query_descriptor + chunk * kQueryChunkUnits + k * kStepUnits);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(sums);
+#pragma unroll
+      for (int k = 0; k < 12; ++k) {
+        const int head = 2 * (k / 4) + k % 2;  // index of the lane's heads
+        scores[k] = high_steps[head] * static_cast<float>(sums[k] - hi_offsets[head]) +
+                    high_steps[head] * (1.0f / 254.0f) *
+                        static_cast<float>(sums[k + 12] - lo_offsets[head]);
+      }
+    }
+
+    if (warpgroup == 1) {
+      float* const partial = reinterpret_cast<float*>(exchange) + group_thread * 12;
+#pragma unroll
+      for (int k = 0; k < 12; ++k) partial[k] = scores[k];
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+      const float* const partial = reinterpret_cast<const float*>(exchange) + group_thread * 12;
+      // Visits the lane's scores: index 4j + 2i + e, at frame 16 warp + g + 8i of the tile, of
+      // head 8j + 2c + e (the lane's head 2j + e).
+      const auto for_each_score = [&](auto visit) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) visit(4 * j + 2 * i + e, i, 2 * j + e, 8 * j + 2 * c + e);
+          }
+        }
+      };
+      // Scale by the frames' scales (the codes' 1/127 too) and log2(e), for exp2; frames past the
+      // end score −inf.
+      float tile_max[6];
+#pragma unroll
+      for (int k = 0; k < 6; ++k) tile_max[k] = -INFINITY;
+      for_each_score([&](int k, int i, int head, int) {
+        scores[k] = frame_scale[i] > 0.0f
+                        ? (scores[k] + partial[k]) * (frame_scale[i] * (kLog2e / 127.0f))
+                        : -INFINITY;
+        tile_max[head] = fmaxf(tile_max[head], scores[k]);
+      });
+#pragma unroll
+      for (int k = 0; k < 6; ++k) {
+#pragma unroll
+        for (int mask = 4; mask < 32; mask *= 2) {
+          tile_max[k] = fmaxf(tile_max[k], __shfl_xor_sync(0xffffffffu, tile_max[k], mask));
+        }
+      }
+      if (g == 0) {
+#pragma unroll
+        for (int k = 0; k < 6; ++k)
+          warp_max[warp * kHeads + 8 * (k / 2) + 2 * c + k % 2] = tile_max[k];
+      }
+      warpgroup_sync(1);  // also: every thread has read its partial S before P overwrites it
+      // The running max moves only when the tile's exceeds it by more than kLazyRescale (so that
+      // P stays under 2^kLazyRescale): most tiles then leave O alone.
+      float reference[6];
+      bool raised = false;
+#pragma unroll
+      for (int k = 0; k < 6; ++k) {
+        const int h = 8 * (k / 2) + 2 * c + k % 2;
+        float tile_best = warp_max[h];
+#pragma unroll
+        for (int w = 1; w < 4; ++w) tile_best = fmaxf(tile_best, warp_max[w * kHeads + h]);
+        const bool raise = tile_best > running_max[k] + kLazyRescale;
+        const float factor = raise ? fast_exp2(running_max[k] - tile_best) : 1.0f;
+        if (raise) running_max[k] = tile_best;
+        reference[k] = exp_reference(running_max[k]);
+        partial_sum[k] *= factor;
+        raised |= raise;
+        if (warp == 0 && g == 0) rescale[h] = factor;
+      }
+      raised = __any_sync(0xffffffffu, raised);
+      if (warp == 0 && lane == 0) *rescaled = raised;
+      // P, and P times the frame scale into the exchange as B of O: head h's row, frame t at
+      // 16-byte piece t / 8 ^ h % 8.
+      for_each_score([&](int k, int i, int head, int h) {
+        const int t = 16 * warp + g + 8 * i;
+        const float p = fast_exp2(scores[k] - reference[head]);
+        partial_sum[head] += p;
+        *reinterpret_cast<__half*>(exchange + h * kOperandRowBytes + (((t / 8) ^ (h & 7)) * 16) +
+                                   (t % 8) * 2) = __float2half(p * frame_scale[i]);
+      });
+      fence_shared_for_tma();
+    }
+    __syncthreads();  // P and the rescales are in
+
+    // O: rescale each head's column, then Oᵀ += Xᵀ · Pᵀ over this warpgroup's pairs of tiles,
+    // two fragments a commit, two sets of registers in turn.
+    if (*rescaled) {
+      float factor[6];
+#pragma unroll
+      for (int k = 0; k < 6; ++k) factor[k] = rescale[8 * (k / 2) + 2 * c + k % 2];
+#pragma unroll
+      for (int p = 0; p < kMaxPairs; ++p) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+#pragma unroll
+          for (int k = 0; k < 12; ++k) acc[p][half][k] *= factor[2 * (k / 4) + k % 2];
+          fence_registers(acc[p][half]);
+        }
+      }
+    }
+    // The words of frames t, t + 1, t + 8, t + 9 (t = 16 step + 2c) at the lane's 4 columns of
+    // pair p; rows t and t + 8 share t's swizzle, t + 1 and t + 9 that of t + 1. Each group's
+    // words are loaded before the previous group's products are waited for.
+    const int word = 4 * (8 * warp + g);  // byte of the pair's 128 columns
+    const int even_at = ((word / 16) ^ (2 * c)) * 16 + word % 16;
+    const int odd_at = ((word / 16) ^ (2 * c + 1)) * 16 + word % 16;
+    const auto load_words = [&](int p, int step, uint32_t(&words)[4]) {
+      const unsigned char* const rows =
+          x + (first_pair + p) * kTileChunkBytes + (16 * step + 2 * c) * kOperandRowBytes;
+      words[0] = load_word(rows + even_at);
+      words[1] = load_word(rows + kOperandRowBytes + odd_at);
+      words[2] = load_word(rows + 8 * kOperandRowBytes + even_at);
+      words[3] = load_word(rows + 9 * kOperandRowBytes + odd_at);
+    };
+    uint32_t fragments[2][2][4] = {};  // [set][tile of the pair]
+    uint32_t next_words[4] = {};
+    if (pair_count > 0) load_words(0, 0, next_words);
+#pragma unroll
+    for (int p = 0; p < kMaxPairs; ++p) {
+      if (p >= pair_count) break;
+#pragma unroll
+      for (int step = 0; step < kTile / 16; ++step) {
+        const uint32_t w0 = next_words[0], w1 = next_words[1], w8 = next_words[2],
+                       w9 = next_words[3];
+        if (step + 1 < kTile / 16) {
+          load_words(p, step + 1, next_words);
+        } else if (p + 1 < pair_count) {
+          load_words(p + 1, 0, next_words);
+        }
+        const int b = step % 2;  // sets alternate whatever the pair count
+        wgmma_wait<1>();
+        fence_registers(fragments[b][0]);
+        fence_registers(fragments[b][1]);
+        // Bytes of frames (t, t + 1) and (t + 8, t + 9) interleaved: columns 0, 1, then 2, 3.
+        const uint32_t early_low = __byte_perm(w0, w1, 0x5140);
+        const uint32_t early_high = __byte_perm(w0, w1, 0x7362);
+        const uint32_t late_low = __byte_perm(w8, w9, 0x5140);
+        const uint32_t late_high = __byte_perm(w8, w9, 0x7362);
+        uint32_t(&first)[4] = fragments[b][0];
+        uint32_t(&second)[4] = fragments[b][1];
+        first[0] = code_pair(early_low, kLowPair);
+        first[1] = code_pair(early_low, kHighPair);
+        first[2] = code_pair(late_low, kLowPair);
+        first[3] = code_pair(late_low, kHighPair);
+        second[0] = code_pair(early_high, kLowPair);
+        second[1] = code_pair(early_high, kHighPair);
+        second[2] = code_pair(late_high, kLowPair);
+        second[3] = code_pair(late_high, kHighPair);
+        wgmma_fence();
+        const uint64_t b_step = probability_descriptor + step * kStepUnits;
+        wgmma_64x24x16(acc[p][0], first, b_step);
+        wgmma_64x24x16(acc[p][1], second, b_step);
+        wgmma_commit();
+      }
+    }
+    wgmma_wait<0>();
+#pragma unroll
+    for (int p = 0; p < kMaxPairs; ++p) {
+      fence_registers(acc[p][0]);
+      fence_registers(acc[p][1]);
+    }
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+      fence_registers(fragments[b][0]);
+      fence_registers(fragments[b][1]);
+    }
+  }
+  copy_async_wait<0>();
+  __syncthreads();  // the tiles and the queries are free
+
+  // Each head's final max and sum (the first warpgroup), and the unnormalised output times the
+  // channel scales and the codes' 1/127 (both).
+  float* const final_max = reinterpret_cast<float*>(query_chunks);
+  float* const final_sum = final_max + kMaxFrameHeads;
+  float* const coefficients = final_sum + kMaxFrameHeads;
+  if (warpgroup == 0) {
+#pragma unroll
+    for (int k = 0; k < 6; ++k) {
+#pragma unroll
+      for (int mask = 4; mask < 32; mask *= 2) {
+        partial_sum[k] += __shfl_xor_sync(0xffffffffu, partial_sum[k], mask);
+      }
+    }
+    if (g == 0) {
+#pragma unroll
+      for (int k = 0; k < 6; ++k)
+        warp_max[warp * kHeads + 8 * (k / 2) + 2 * c + k % 2] = partial_sum[k];
+    }
+    warpgroup_sync(1);
+    if (warp == 0 && g == 0) {
+#pragma unroll
+      for (int k = 0; k < 6; ++k) {
+        const int h = 8 * (k / 2) + 2 * c + k % 2;
+        final_max[h] = running_max[k] * (1.0f / kLog2e);  // in the natural log's units
+        final_sum[h] = warp_max[h] + warp_max[kHeads + h] + warp_max[2 * kHeads + h] +
+                       warp_max[3 * kHeads + h];
+      }
+    }
+  }
+  float* const output = reinterpret_cast<float*>(tiles);
+  const int output_pitch = width + 4;
+#pragma unroll
+  for (int p = 0; p < kMaxPairs; ++p) {
+    if (p >= pair_count) break;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int column = (first_pair + p) * 128 + 4 * (8 * warp + g) + 2 * half + i;
+        const float scale = channel_scales[column] * (1.0f / 127.0f);
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            output[(8 * j + 2 * c + e) * output_pitch + column] =
+                acc[p][half][4 * j + 2 * i + e] * scale;
+          }
+        }
+      }
+    }
+  }
+  __syncthreads();
+  write_frame_attention<__half, kThreads>(output, output_pitch, final_max, final_sum, coefficients,
+                                          heads, width, out + row * heads * width);
+}
+
+}  // namespace
+
+bool frame_attention_int8_runs(Element e, int heads, int64_t width) {
+  return e == Element::f16 && present() && heads > 0 && heads <= kHeads && width > 0 &&
+         width % 128 == 0 && width <= kMaxWidth;
+}
+
+void frame_attention_int8(Element e, const void* queries, int64_t rows, int heads, int64_t width,
+                          const Int8Frames& frames, int frame_count, int64_t rows_per_window,
+                          void* out, cudaStream_t stream) {
+  if (rows <= 0) return;
+  if (!frame_attention_int8_runs(e, heads, width)) {
+    fail("frame_attention_int8: ", heads, " heads of width ", width,
+         " (wants an H100/H200, F16, at most 24 heads, a width that is a multiple of 128 up to "
+         "1280)");
+  }
+  if (!aligned(queries, 16) || !aligned(frames.codes, 16) || !aligned(out, 16)) {
+    fail("frame_attention_int8: queries, codes and output must be 16-byte aligned");
+  }
+  if (frame_count <= 0) fail("frame_attention_int8: ", frame_count, " frames");
+  if (rows > 65535) fail("frame_attention_int8: ", rows, " rows (at most 65535 a launch)");
+  // A CTA per row, then splits of the frames (a cluster each) while the GPU is not full.
+  const int sms = multiprocessor_count();
+  const int tiles = (frame_count + kTile - 1) / kTile;
+  int splits = 1;
+  while (splits < kMaxFrameSplits && splits * 2 <= tiles && rows * splits < sms * 9 / 10) {
+    splits *= 2;
+  }
+  const Layout layout = Layout::of(static_cast<int>(width));
+  static const bool configured =
+      (allow_shared_memory(frame_attention_int8_kernel, Layout::of(kMaxWidth).bytes,
+                           "frame_attention_int8 shared memory"),
+       true);
+  (void)configured;
+  launch_kernel(frame_attention_int8_kernel, dim3(splits, 1, static_cast<unsigned>(rows)),
+                dim3(kThreads), static_cast<size_t>(layout.bytes), splits,
+                /*early_start=*/false, stream, "frame_attention_int8",
+                static_cast<const __half*>(queries), frames, static_cast<int>(rows_per_window),
+                frame_count, heads, static_cast<int>(width), static_cast<__half*>(out));
+}
+
+}  // namespace hark::compute::cuda
