@@ -3,7 +3,7 @@
 // frame_attention (kernels_cross_attention.cu) runs every head of a query row over one pass of
 // its window's frames X: S = X · Q̃ᵀ [frames × heads], the online softmax of each head, then
 // Oᵀ += Xᵀ · Pᵀ [width × heads]. Here X arrives as bytes (codes offset by 128), a 64-frame tile
-// at a time through a 2-stage cp.async ring, and both products run on wgmma:
+// at a time through a ring of 2 stages, and both products run on wgmma:
 //   - S on the integer tensor cores, straight from shared memory: codes (u8) times the queries
 //     (times the channel scales) split in two signed bytes, q ≈ s₁ · hi + s₂ · lo with
 //     s₂ = s₁ / 254, which keeps about 15 bits of each query value (F16 keeps 11). One
@@ -11,11 +11,13 @@
 //     codes' offset comes off as 128 · Σ hi (and lo) per head.
 //   - O on the F16 tensor cores with Xᵀ as the A operand in registers: each thread loads its
 //     fragments' bytes from shared memory and turns them into F16 with byte permutes (a code u
-//     becomes the F16 1024 + u, and 1152 is subtracted: the exact integer u − 128). B is P times
-//     the frame scales, F16, in shared memory.
+//     becomes the F16 1024 + u, exactly); B is P times the frame scales, F16, in shared memory.
+//     The codes' offset, 1152 in these units, comes off at the end as 1152 · Σ P per head (the
+//     sum of the F16 values the tensor cores took).
 //
 // A CTA of two warpgroups takes a query row and a range of frames (a split; the splits of a row
-// form a cluster and merge as frame_splits.cuh does). Per tile:
+// form a cluster and merge as frame_splits.cuh does). The tiles come by TMA (one thread issues
+// a tile's chunks, an mbarrier per stage counts their bytes). Per tile:
 //   S: each warpgroup over half the width's 128-byte chunks (5 for large-v3), the second's
 //     partial sums passed to the first through shared memory;
 //   softmax: the first warpgroup scales S by the frame scales, keeps each head's running max
@@ -61,7 +63,8 @@ constexpr int kOperandRowBytes = 128;                      // the 128-byte swizz
 constexpr int kTileChunkBytes = kTile * kOperandRowBytes;  // 128 columns of a tile's frames
 constexpr int kQueryChunkBytes = 2 * kHeads * kOperandRowBytes;  // 128 columns of hi and lo
 constexpr int kExchangeBytes = kTile * kHeads * 4;               // S partial F32, then P F16
-constexpr int kStatsBytes = 1024;     // per-warp maxima, rescales, the queries' scales and sums
+constexpr int kStatsBytes = 1024;     // the stages' barriers, per-warp maxima, rescales, the
+                                      // queries' scales and sums
 constexpr float kLazyRescale = 8.0f;  // in log2 units (above)
 
 // Shared memory: the queries (B of S: width / 128 chunks of [48 rows: hi of 24 heads, then lo]
@@ -84,21 +87,22 @@ struct Layout {
 };
 static_assert(Layout::of(kMaxWidth).bytes <= 227 * 1024, "shared memory of one CTA");
 static_assert(kHeads * (kMaxWidth + 4) * 4 <= kStages * kTile * kMaxWidth, "output in the stages");
-static_assert(4 * (2 + kMaxFrameSplits) * kMaxFrameHeads <= kQueryChunkBytes);
+static_assert(4 * (3 + kMaxFrameSplits) * kMaxFrameHeads <= kQueryChunkBytes);
+static_assert(8 * kStages + 4 * (4 * kHeads + 2 * kHeads + 1 + 4 * kHeads) <= kStatsBytes);
+static_assert(2 * 4 * 4 * kHeads <= kExchangeBytes);
 
 __device__ __forceinline__ uint32_t load_word(const unsigned char* shared) {
   return *reinterpret_cast<const uint32_t*>(shared);
 }
 
-// Two bytes of `bytes` (0 and 1, or 2 and 3: selector 0x4140 or 0x4342) as the F16 pair of
-// their codes minus 128: the byte u goes under the exponent of 1024, whose units are 1.
-__device__ __forceinline__ uint32_t code_pair(uint32_t bytes, uint32_t selector) {
-  const uint32_t biased = __byte_perm(bytes, 0x64646464u, selector);
-  const __half2 value = __hsub2(*reinterpret_cast<const __half2*>(&biased),
-                                __halves2half2(__ushort_as_half(0x6480), __ushort_as_half(0x6480)));
-  return *reinterpret_cast<const uint32_t*>(&value);
+// Two bytes of `bytes` (0 and 1, or 2 and 3: selector 0x4140 or 0x4342) as the F16 pair
+// 1024 + u of their codes u: the byte goes under the exponent of 1024, whose units are 1. The
+// codes stand for u − 128, so each product's sum is 1152 · Σ P too many (taken off at the end).
+__device__ __forceinline__ uint32_t biased_pair(uint32_t bytes, uint32_t selector) {
+  return __byte_perm(bytes, 0x64646464u, selector);
 }
 constexpr uint32_t kLowPair = 0x4140, kHighPair = 0x4342;
+constexpr float kCodeBias = 1152.0f;  // 1024 + 128
 
 // d += a · bᵀ for a 64 × 16 tile a in registers (the A fragment of wgmma_64x64x16_registers) and
 // a 24 × 16 tile b, K-major in shared memory (its descriptor). Thread t of the warpgroup holds
@@ -133,15 +137,17 @@ constexpr uint64_t kStepUnits = 32 / 16;
 constexpr uint64_t kTileChunkUnits = kTileChunkBytes / 16, kQueryChunkUnits = kQueryChunkBytes / 16;
 
 __global__ void __launch_bounds__(kThreads, 1)
-    frame_attention_int8_kernel(const __half* __restrict__ queries, Int8Frames frames,
+    frame_attention_int8_kernel(const __half* __restrict__ queries,
+                                const __grid_constant__ CUtensorMap codes_map, Int8Frames frames,
                                 int rows_per_window, int frame_count, int heads, int width,
                                 __half* __restrict__ out) {
   extern __shared__ __align__(1024) unsigned char shared[];
   const Layout layout = Layout::of(width);
   unsigned char* const query_chunks = shared + layout.queries;
   unsigned char* const exchange = shared + layout.exchange;
-  float* const warp_max = reinterpret_cast<float*>(shared + layout.stats);  // [4][kHeads]
-  float* const rescale = warp_max + 4 * kHeads;                             // [kHeads]
+  uint64_t* const tile_full = reinterpret_cast<uint64_t*>(shared + layout.stats);  // [kStages]
+  float* const warp_max = reinterpret_cast<float*>(tile_full + kStages);           // [4][kHeads]
+  float* const rescale = warp_max + 4 * kHeads;                                    // [kHeads]
   int* const rescaled = reinterpret_cast<int*>(rescale + kHeads);  // whether any factor is not 1
   float* const query_scale = rescale + kHeads + 1;                 // s₁ of each head [kHeads]
   // Per warpgroup's chunks, each head's Σ hi and Σ lo: [2][kHeads][2].
@@ -154,8 +160,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   allow_dependent_kernels();
   const int splits = gridDim.x, split = blockIdx.x;
   const int64_t row = blockIdx.z;
-  const int64_t window = frames.windowed ? row / rows_per_window : 0;
-  const uint8_t* const codes = frames.codes + window * frame_count * width;
+  const int window = frames.windowed ? static_cast<int>(row / rows_per_window) : 0;
   const float* const frame_scales = frames.frame_scales + window * frame_count;
   const float* const channel_scales = frames.channel_scales + window * width;
 
@@ -164,30 +169,28 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tile_begin = min(tile_count, split * tiles_per_split);
   const int tile_end = min(tile_count, tile_begin + tiles_per_split);
 
-  const int thread = threadIdx.x, warpgroup = thread / 128, group_thread = thread % 128;
+  // The warpgroup through a shuffle: ptxas then knows it is the same in every lane, and so are
+  // the loops and branches it decides, without which it serialises every wgmma of the kernel.
+  const int thread = threadIdx.x, group_thread = thread % 128;
+  const int warpgroup = __shfl_sync(0xffffffffu, thread / 128, 0);
   const int warp = group_thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
-  const int pieces = width / 16;  // 16-byte pieces of a frame
   const int stage_bytes = kTile * width;
 
-  // Thread i copies pieces i, i + kThreads, ... of a tile (row-major): its first piece's row and
-  // column, and the step to the next, kThreads / pieces rows and kThreads % pieces pieces on.
-  const int first_row = thread / pieces, first_piece = thread % pieces;
-  const int row_step = kThreads / pieces, piece_step = kThreads % pieces;
+  // A tile by TMA, its 128-byte chunks of columns one box each (frames past the window's end
+  // arrive as zeros); thread 0 issues it.
   const auto load_tile = [&](int tile, int stage) {
-    const uint32_t target = shared_address(tiles + stage * stage_bytes);
-    for (int t = first_row, p = first_piece; t < kTile;) {
-      const int frame = tile * kTile + t;
-      const bool real = frame < frame_count;
-      copy_async_16(
-          target + (p / 8) * kTileChunkBytes + t * kOperandRowBytes + (((p % 8) ^ (t & 7)) * 16),
-          codes + int64_t{real ? frame : 0} * width + p * 16, real);
-      t += row_step;
-      p += piece_step;
-      if (p >= pieces) p -= pieces, ++t;
+    unsigned char* const target = tiles + stage * stage_bytes;
+    barrier_expect_bytes(&tile_full[stage], static_cast<uint32_t>(stage_bytes));
+    for (int chunk = 0; chunk < width / 128; ++chunk) {
+      tma_load(target + chunk * kTileChunkBytes, &codes_map, &tile_full[stage], chunk * 128,
+               tile * kTile, window);
     }
   };
-  if (tile_begin < tile_end) load_tile(tile_begin, 0);
-  copy_async_commit();
+  if (thread == 0) {
+    for (int stage = 0; stage < kStages; ++stage) barrier_init(&tile_full[stage], 1);
+    barrier_init_fence();
+    if (tile_begin < tile_end) load_tile(tile_begin, 0);
+  }
 
   // The queries times the channel scales as two signed bytes a value (above): first each head's
   // largest magnitude, then the bytes, a thread per head and 16 columns at a time. The first
@@ -278,9 +281,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint64_t probability_descriptor = operand_descriptor(exchange);
 
   // The first warpgroup's softmax state for the lane's six heads 8j + 2c + e (index 2j + e).
-  float running_max[6], partial_sum[6];
+  // partial_sum adds P, scaled_sum P times the frame scales as the tensor cores take them (F16).
+  float running_max[6], partial_sum[6], scaled_sum[6];
 #pragma unroll
-  for (int k = 0; k < 6; ++k) running_max[k] = -INFINITY, partial_sum[k] = 0.0f;
+  for (int k = 0; k < 6; ++k) running_max[k] = -INFINITY, partial_sum[k] = scaled_sum[k] = 0.0f;
 
   float acc[kMaxPairs][2][12];
 #pragma unroll
@@ -290,11 +294,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 
   for (int tile = tile_begin, round = 0; tile < tile_end; ++tile, ++round) {
-    copy_async_wait<0>();
-    fence_shared_for_tma();  // the tile's bytes, copied by this thread, for S's descriptors
-    __syncthreads();         // this tile is in; the last tile's products are done with the exchange
-    if (tile + 1 < tile_end) load_tile(tile + 1, (round + 1) % kStages);
-    copy_async_commit();
+    barrier_wait(&tile_full[round % kStages], (round / kStages) & 1);
+    __syncthreads();  // the last tile's products are done with the exchange and the other stage
+    if (thread == 0 && tile + 1 < tile_end) load_tile(tile + 1, (round + 1) % kStages);
     const unsigned char* const x = tiles + (round % kStages) * stage_bytes;
     // The first warpgroup's frame scales of this tile (rows 16 warp + g and + 8), in flight
     // during S; 0 past the frames.
@@ -396,6 +398,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (raise) running_max[k] = tile_best;
         reference[k] = exp_reference(running_max[k]);
         partial_sum[k] *= factor;
+        scaled_sum[k] *= factor;
         raised |= raise;
         if (warp == 0 && g == 0) rescale[h] = factor;
       }
@@ -406,9 +409,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       for_each_score([&](int k, int i, int head, int h) {
         const int t = 16 * warp + g + 8 * i;
         const float p = fast_exp2(scores[k] - reference[head]);
+        const __half scaled = __float2half(p * frame_scale[i]);
         partial_sum[head] += p;
+        scaled_sum[head] += __half2float(scaled);
         *reinterpret_cast<__half*>(exchange + h * kOperandRowBytes + (((t / 8) ^ (h & 7)) * 16) +
-                                   (t % 8) * 2) = __float2half(p * frame_scale[i]);
+                                   (t % 8) * 2) = scaled;
       });
       fence_shared_for_tma();
     }
@@ -416,7 +421,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // O: rescale each head's column, then Oᵀ += Xᵀ · Pᵀ over this warpgroup's pairs of tiles,
     // two fragments a commit, two sets of registers in turn.
-    if (*rescaled) {
+    if (__shfl_sync(0xffffffffu, *rescaled, 0)) {  // (uniform, as above)
       float factor[6];
 #pragma unroll
       for (int k = 0; k < 6; ++k) factor[k] = rescale[8 * (k / 2) + 2 * c + k % 2];
@@ -470,14 +475,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         const uint32_t late_high = __byte_perm(w8, w9, 0x7362);
         uint32_t(&first)[4] = fragments[b][0];
         uint32_t(&second)[4] = fragments[b][1];
-        first[0] = code_pair(early_low, kLowPair);
-        first[1] = code_pair(early_low, kHighPair);
-        first[2] = code_pair(late_low, kLowPair);
-        first[3] = code_pair(late_low, kHighPair);
-        second[0] = code_pair(early_high, kLowPair);
-        second[1] = code_pair(early_high, kHighPair);
-        second[2] = code_pair(late_high, kLowPair);
-        second[3] = code_pair(late_high, kHighPair);
+        first[0] = biased_pair(early_low, kLowPair);
+        first[1] = biased_pair(early_low, kHighPair);
+        first[2] = biased_pair(late_low, kLowPair);
+        first[3] = biased_pair(late_low, kHighPair);
+        second[0] = biased_pair(early_high, kLowPair);
+        second[1] = biased_pair(early_high, kHighPair);
+        second[2] = biased_pair(late_high, kLowPair);
+        second[3] = biased_pair(late_high, kHighPair);
         wgmma_fence();
         const uint64_t b_step = probability_descriptor + step * kStepUnits;
         wgmma_64x24x16(acc[p][0], first, b_step);
@@ -497,38 +502,54 @@ __global__ void __launch_bounds__(kThreads, 1)
       fence_registers(fragments[b][1]);
     }
   }
-  copy_async_wait<0>();
-  __syncthreads();  // the tiles and the queries are free
+  __syncthreads();  // the tiles, the queries and the exchange are free
 
-  // Each head's final max and sum (the first warpgroup), and the unnormalised output times the
-  // channel scales and the codes' 1/127 (both).
+  // Each head's final max, sum and codes' offset (the first warpgroup, its warps' sums through
+  // the exchange), then the unnormalised output less the offset, times the channel scales and
+  // the codes' 1/127 (both).
   float* const final_max = reinterpret_cast<float*>(query_chunks);
   float* const final_sum = final_max + kMaxFrameHeads;
-  float* const coefficients = final_sum + kMaxFrameHeads;
+  float* const final_offset = final_sum + kMaxFrameHeads;
+  float* const coefficients = final_offset + kMaxFrameHeads;
   if (warpgroup == 0) {
+    float* const warp_sums = reinterpret_cast<float*>(exchange);  // [2][4][kHeads]
 #pragma unroll
     for (int k = 0; k < 6; ++k) {
 #pragma unroll
       for (int mask = 4; mask < 32; mask *= 2) {
         partial_sum[k] += __shfl_xor_sync(0xffffffffu, partial_sum[k], mask);
+        scaled_sum[k] += __shfl_xor_sync(0xffffffffu, scaled_sum[k], mask);
       }
     }
     if (g == 0) {
 #pragma unroll
-      for (int k = 0; k < 6; ++k)
-        warp_max[warp * kHeads + 8 * (k / 2) + 2 * c + k % 2] = partial_sum[k];
+      for (int k = 0; k < 6; ++k) {
+        const int h = 8 * (k / 2) + 2 * c + k % 2;
+        warp_sums[warp * kHeads + h] = partial_sum[k];
+        warp_sums[(4 + warp) * kHeads + h] = scaled_sum[k];
+      }
     }
     warpgroup_sync(1);
     if (warp == 0 && g == 0) {
 #pragma unroll
       for (int k = 0; k < 6; ++k) {
         const int h = 8 * (k / 2) + 2 * c + k % 2;
+        float sum = 0.0f, scaled = 0.0f;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          sum += warp_sums[w * kHeads + h];
+          scaled += warp_sums[(4 + w) * kHeads + h];
+        }
         final_max[h] = running_max[k] * (1.0f / kLog2e);  // in the natural log's units
-        final_sum[h] = warp_max[h] + warp_max[kHeads + h] + warp_max[2 * kHeads + h] +
-                       warp_max[3 * kHeads + h];
+        final_sum[h] = sum;
+        final_offset[h] = kCodeBias * scaled;
       }
     }
   }
+  __syncthreads();
+  float offset[6];
+#pragma unroll
+  for (int k = 0; k < 6; ++k) offset[k] = final_offset[8 * (k / 2) + 2 * c + k % 2];
   float* const output = reinterpret_cast<float*>(tiles);
   const int output_pitch = width + 4;
 #pragma unroll
@@ -545,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
             output[(8 * j + 2 * c + e) * output_pitch + column] =
-                acc[p][half][4 * j + 2 * i + e] * scale;
+                (acc[p][half][4 * j + 2 * i + e] - offset[2 * j + e]) * scale;
           }
         }
       }
@@ -585,6 +606,15 @@ void frame_attention_int8(Element e, const void* queries, int64_t rows, int head
     splits *= 2;
   }
   const Layout layout = Layout::of(static_cast<int>(width));
+  // The codes [windows][frame_count][width] as bytes, boxes of 128 columns × a tile of frames.
+  const int64_t windows = frames.windowed ? (rows + rows_per_window - 1) / rows_per_window : 1;
+  const uint64_t sizes[3] = {static_cast<uint64_t>(width), static_cast<uint64_t>(frame_count),
+                             static_cast<uint64_t>(windows)};
+  const uint64_t strides[2] = {static_cast<uint64_t>(width),
+                               static_cast<uint64_t>(width) * static_cast<uint64_t>(frame_count)};
+  const uint32_t box[3] = {128, kTile, 1};
+  const CUtensorMap codes_map =
+      swizzled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, frames.codes, 3, sizes, strides, box);
   static const bool configured =
       (allow_shared_memory(frame_attention_int8_kernel, Layout::of(kMaxWidth).bytes,
                            "frame_attention_int8 shared memory"),
@@ -593,8 +623,9 @@ void frame_attention_int8(Element e, const void* queries, int64_t rows, int head
   launch_kernel(frame_attention_int8_kernel, dim3(splits, 1, static_cast<unsigned>(rows)),
                 dim3(kThreads), static_cast<size_t>(layout.bytes), splits,
                 /*early_start=*/false, stream, "frame_attention_int8",
-                static_cast<const __half*>(queries), frames, static_cast<int>(rows_per_window),
-                frame_count, heads, static_cast<int>(width), static_cast<__half*>(out));
+                static_cast<const __half*>(queries), codes_map, frames,
+                static_cast<int>(rows_per_window), frame_count, heads, static_cast<int>(width),
+                static_cast<__half*>(out));
 }
 
 }  // namespace hark::compute::cuda

@@ -258,12 +258,13 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   return encode;
 }
 
-// A tensor of 16-bit values with `rank` dimensions (sizes[0] the contiguous one; strides[i] in
+// A tensor of `type` values with `rank` dimensions (sizes[0] the contiguous one; strides[i] in
 // bytes from index i + 1 of dimension i + 1 to the next, multiples of 16), copied in boxes of
-// box[] values whose rows are 128 bytes (box[0] = 64), in the 128-byte swizzle. Loads read what
-// lies past the tensor's end as zeros; stores leave it alone.
-inline CUtensorMap swizzled_map(Element e, const void* base, int rank, const uint64_t* sizes,
-                                const uint64_t* strides, const uint32_t* box) {
+// box[] values whose rows are 128 bytes (box[0] = 64 16-bit values or 128 bytes), in the 128-byte
+// swizzle. Loads read what lies past the tensor's end as zeros; stores leave it alone.
+inline CUtensorMap swizzled_map(CUtensorMapDataType type, const void* base, int rank,
+                                const uint64_t* sizes, const uint64_t* strides,
+                                const uint32_t* box) {
   CUtensorMap map{};
   cuuint64_t size[3]{}, stride[2]{};
   cuuint32_t box_size[3]{}, element_stride[3]{};
@@ -274,12 +275,19 @@ inline CUtensorMap swizzled_map(Element e, const void* base, int rank, const uin
     if (i + 1 < rank) stride[i] = strides[i];
   }
   const CUresult status = tensor_map_encoder()(
-      &map, e == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      static_cast<cuuint32_t>(rank), const_cast<void*>(base), size, stride, box_size,
+      &map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), size, stride, box_size,
       element_stride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) fail("CUDA: cuTensorMapEncodeTiled failed (", status, ")");
   return map;
+}
+
+// The same for 16-bit elements of type e.
+inline CUtensorMap swizzled_map(Element e, const void* base, int rank, const uint64_t* sizes,
+                                const uint64_t* strides, const uint32_t* box) {
+  return swizzled_map(
+      e == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, base,
+      rank, sizes, strides, box);
 }
 
 // Whether the current device has compute capability 9.0, the only one sm_90a code runs on; asked

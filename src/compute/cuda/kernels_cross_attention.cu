@@ -26,8 +26,8 @@
 // wide one; every X value read from memory feeds every head. A tile's three phases depend on each
 // other, and their fixed costs (the score sum, the rescale of the accumulators, three barriers)
 // limited a form with 16-frame tiles and 16 warps, which issued about 530 instructions per warp
-// and tile for 30 products. With this one, large-v3's batch-16 step is still 1.6× slower than
-// over the K/V cache (bench/RESULTS.md).
+// and tile for 30 products. With this one, large-v3's batch-16 step is still 1.8× slower than
+// over the INT8 K/V cache (4.84 against 2.62 ms; bench/RESULTS.md).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -120,15 +120,30 @@ __global__ void __launch_bounds__(kAbsorbWarps * 32)
 
 // ---- absorb_values: context[r, h·head_dim + j] = W_v[h·head_dim + j, :] · o[r, h, :] + b_v -----
 //
-// On the tensor cores: C [16 rows × 16 outputs] = O_h [16 × width] · W_v,hᵀ per CTA, the width
+// On the tensor cores: C [16 rows × 32 outputs] = O_h [16 × width] · W_v,hᵀ per CTA, the width
 // split among its 8 warps, whose partial products are summed in shared memory. The fragments
-// come straight from global memory (o and the weights are read once a CTA), so a warp has its
-// loads in flight together.
+// come straight from global memory in 16-byte loads (o and the weights are read once a CTA), a
+// warp's loads issued before its first product: lane c of a 32-wide chunk of the width holds
+// its values 8c .. 8c + 7, and the chunk's two mma k-steps take the lanes' values 0-3 and 4-7 in
+// the places of k = 2c, 2c + 1, 2c + 8, 2c + 9. The products pair the same values of o and W_v,
+// so the sum is the same, in another order.
 
 constexpr int kValueWarps = 8;
 constexpr int kValueRows = 16;
-constexpr int kValueOutputs = 16;   // two n-tiles
-constexpr int kMaxValueSteps = 10;  // 16-wide steps of the width a warp: width ≤ 1280
+constexpr int kValueTiles = 4;                  // n-tiles of 8 outputs
+constexpr int kValueOutputs = 8 * kValueTiles;  // outputs of a CTA
+constexpr int kMaxValueChunks = 5;              // 32-wide chunks of the width a warp: ≤ 1280
+
+// 16 bytes of read-only global memory, as volatile asm: such statements keep their order, so
+// the PTX has a warp's loads before its products (mma_16816 is volatile asm too). ptxas still
+// schedules them: the kernel takes 80 registers, where holding every load would take 120.
+__device__ __forceinline__ uint4 load_pinned(const void* address) {
+  uint4 v;
+  asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(address));
+  return v;
+}
 
 template <class T>
 __global__ void __launch_bounds__(kValueWarps * 32)
@@ -146,46 +161,58 @@ __global__ void __launch_bounds__(kValueWarps * 32)
   const T* const o_low = o + (int64_t{first_row + (g < block_rows ? g : 0)} * heads + head) * width;
   const T* const o_high =
       o + (int64_t{first_row + (g + 8 < block_rows ? g + 8 : 0)} * heads + head) * width;
-  const T* w_rows[2];
+  const T* w_rows[kValueTiles];
 #pragma unroll
-  for (int n = 0; n < 2; ++n) {
+  for (int n = 0; n < kValueTiles; ++n) {
     const int output = first_output + n * 8 + g;
     w_rows[n] = w_v + (int64_t{head} * head_dim + (output < head_dim ? output : 0)) * w_row_stride;
   }
-  const int steps = static_cast<int>(width / 16);
-  const int steps_per_warp = (steps + kValueWarps - 1) / kValueWarps;
-  const int first_step = warp * steps_per_warp;
-  const int last_step = min(steps, first_step + steps_per_warp);
-  const auto pair = [](const T* p) { return *reinterpret_cast<const uint32_t*>(p); };
-  float acc[2][4] = {};
+  const int chunks = static_cast<int>((width + 31) / 32);  // the last may be half (width % 16)
+  const int chunks_per_warp = (chunks + kValueWarps - 1) / kValueWarps;
+  const int first_chunk = warp * chunks_per_warp;
+  const int last_chunk = min(chunks, first_chunk + chunks_per_warp);
+  uint4 low[kMaxValueChunks], high[kMaxValueChunks], w[kMaxValueChunks][kValueTiles];
+  bool real[kMaxValueChunks];
 #pragma unroll
-  for (int i = 0; i < kMaxValueSteps; ++i) {  // all of a warp's loads issued together
-    // Steps past the warp's read step 0 and multiply zeros: no branch keeps a load waiting.
-    const int step = first_step + i;
-    const bool real = step < last_step;
-    const int k = (real ? step : 0) * 16 + 2 * c;
-    const uint32_t a[4] = {real ? pair(o_low + k) : 0u, real ? pair(o_high + k) : 0u,
-                           real ? pair(o_low + k + 8) : 0u, real ? pair(o_high + k + 8) : 0u};
+  for (int i = 0; i < kMaxValueChunks; ++i) {  // all of a warp's loads issued together
+    // Chunks (and a half chunk's lanes) past the warp's read chunk 0 and multiply zeros.
+    const int chunk = first_chunk + i;
+    real[i] = chunk < last_chunk && chunk * 32 + 8 * c < width;
+    const int k = real[i] ? chunk * 32 + 8 * c : 0;
+    low[i] = load_pinned(o_low + k);
+    high[i] = load_pinned(o_high + k);
 #pragma unroll
-    for (int n = 0; n < 2; ++n) {
-      mma_16816<T>(acc[n], a, pair(w_rows[n] + k), pair(w_rows[n] + k + 8));
+    for (int n = 0; n < kValueTiles; ++n) w[i][n] = load_pinned(w_rows[n] + k);
+  }
+  float acc[kValueTiles][4] = {};
+#pragma unroll
+  for (int i = 0; i < kMaxValueChunks; ++i) {
+    if (!real[i]) low[i] = high[i] = uint4{};
+    const uint32_t first[4] = {low[i].x, high[i].x, low[i].y, high[i].y};
+    const uint32_t second[4] = {low[i].z, high[i].z, low[i].w, high[i].w};
+#pragma unroll
+    for (int n = 0; n < kValueTiles; ++n) {
+      mma_16816<T>(acc[n], first, w[i][n].x, w[i][n].y);
+      mma_16816<T>(acc[n], second, w[i][n].z, w[i][n].w);
     }
   }
 #pragma unroll
-  for (int n = 0; n < 2; ++n) {
+  for (int n = 0; n < kValueTiles; ++n) {
     partial[warp][g][n * 8 + 2 * c] = acc[n][0];
     partial[warp][g][n * 8 + 2 * c + 1] = acc[n][1];
     partial[warp][g + 8][n * 8 + 2 * c] = acc[n][2];
     partial[warp][g + 8][n * 8 + 2 * c + 1] = acc[n][3];
   }
   __syncthreads();
-  const int r = threadIdx.x / kValueOutputs, j = threadIdx.x % kValueOutputs;
-  const int output = first_output + j;
-  if (r >= block_rows || output >= head_dim) return;
-  float sum = bias != nullptr ? to_float(bias[head * head_dim + output]) : 0.0f;
+  for (int i = threadIdx.x; i < kValueRows * kValueOutputs; i += kValueWarps * 32) {
+    const int r = i / kValueOutputs, j = i % kValueOutputs;
+    const int output = first_output + j;
+    if (r >= block_rows || output >= head_dim) continue;
+    float sum = bias != nullptr ? to_float(bias[head * head_dim + output]) : 0.0f;
 #pragma unroll
-  for (int w = 0; w < kValueWarps; ++w) sum += partial[w][r][j];
-  context[(first_row + r) * context_stride + head * head_dim + output] = from_float<T>(sum);
+    for (int w = 0; w < kValueWarps; ++w) sum += partial[w][r][j];
+    context[(first_row + r) * context_stride + head * head_dim + output] = from_float<T>(sum);
+  }
 }
 
 // ---- frame_attention ---------------------------------------------------------------------------
@@ -607,7 +634,7 @@ void absorb_values(Element e, const void* o, int64_t rows, int heads, int head_d
                    int64_t w_row_stride, const void* bias, int64_t width, void* context,
                    int64_t context_stride, cudaStream_t stream) {
   if (rows <= 0) return;
-  if (width % 16 != 0 || width > 16 * kValueWarps * kMaxValueSteps || w_row_stride % 8 != 0 ||
+  if (width % 16 != 0 || width > 32 * kValueWarps * kMaxValueChunks || w_row_stride % 8 != 0 ||
       !aligned(o, 16) || !aligned(w_v, 16)) {
     fail("absorb_values: rows must be 16-byte aligned, a multiple of 16 values wide, at most 1280");
   }
