@@ -148,13 +148,9 @@ __device__ __forceinline__ void fence_registers(float (&values)[kCount]) {
 #pragma unroll
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(values[i])::"memory");
 }
-template <int kCount>
-__device__ __forceinline__ void fence_registers(uint32_t (&values)[kCount]) {
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(values[i])::"memory");
-}
-template <int kCount>
-__device__ __forceinline__ void fence_registers(int (&values)[kCount]) {
+// The same for 32-bit integers (uint32_t fragments, int32 sums).
+template <class T, int kCount, class = std::enable_if_t<std::is_integral_v<T> && sizeof(T) == 4>>
+__device__ __forceinline__ void fence_registers(T (&values)[kCount]) {
 #pragma unroll
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(values[i])::"memory");
 }

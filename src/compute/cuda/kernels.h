@@ -268,10 +268,10 @@ void frame_attention(Element e, const void* queries, int64_t rows, int heads, in
 // range of the others: x[t, c] ≈ (codes[t, c] − 128) · channel_scales[c] · frame_scales[t] / 127,
 // with channel_scales[c] = max_t |x[t, c]| and frame_scales[t] = max_c |x[t, c]| /
 // channel_scales[c] (both 1 where that max is 0). The codes are offset by 128 (unsigned), which the
-// tensor-core kernel turns into 16-bit values with a byte permute and a subtraction. Each window:
-// codes [frames, width], frame_scales [frames], channel_scales [width]; with `windowed`, window w
-// of a batch at codes + w · frames · width, frame_scales + w · frames and channel_scales + w ·
-// width, and without it one window for every row.
+// tensor-core kernel turns into 16-bit values with a byte permute. Each window: codes [frames,
+// width], frame_scales [frames], channel_scales [width]; with `windowed`, window w of a batch at
+// codes + w · frames · width, frame_scales + w · frames and channel_scales + w · width, and
+// without it one window for every row.
 struct Int8Frames {
   const uint8_t* codes = nullptr;
   const float* frame_scales = nullptr;
