@@ -2,6 +2,8 @@
 // their bytes (what a test uploads, and what it reads back).
 #pragma once
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -17,6 +19,26 @@ constexpr Element kElements[] = {Element::f32, Element::f16, Element::bf16};
 
 inline const char* element_name(Element e) {
   return e == Element::f32 ? "f32" : e == Element::f16 ? "f16" : "bf16";
+}
+
+// The activations of the products' epilogues (gemm_sm90.h) in double: GELU the erf form.
+inline double activate(Activation act, double x) {
+  switch (act) {
+    case Activation::silu:
+      return x / (1.0 + std::exp(-x));
+    case Activation::gelu:
+      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
+    case Activation::relu:
+      return std::max(x, 0.0);
+    case Activation::none:
+      break;
+  }
+  return x;
+}
+
+inline const char* activation_name(Activation act) {
+  constexpr const char* kNames[] = {"none", "gelu", "silu", "relu"};
+  return kNames[static_cast<int>(act)];
 }
 
 inline DType dtype_of(Element e) {

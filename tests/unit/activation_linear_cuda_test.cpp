@@ -1,8 +1,12 @@
-// The Hopper product with the activation in its epilogue (gemm_sm90.h) against a double
-// reference on the same rounded inputs: a single row, a partial last tile of rows, long k (the
-// ring of stages wraps around several times), more tiles than SMs (each CTA takes several, its
-// two consumers in turn), every activation, with and without bias; rows past m stay unwritten.
-// Its INT8 form (quantized_linear) against the product, then quantize_int8.
+// The Hopper products with their epilogues against a double reference on the same rounded inputs.
+// The one with the activation (gemm_sm90.h): a single row, a partial last tile of rows, long k
+// (the ring of stages wraps around several times), more tiles than SMs (each CTA takes several,
+// its two consumers in turn), every activation, with and without bias; rows past m stay
+// unwritten. Its INT8 form (quantized_linear) against the product, then quantize_int8. The one of
+// few rows (skinny_linear_sm90.h): both forms (16 and 32 columns of wgmma) with rows to spare,
+// one depth stage and depth shares of uneven length, long depths (the ring of stages wraps),
+// every activation, bias and residual (the residual as y itself, as a decoder's residual stream
+// is); rows past m stay unwritten, and a second run gives the same bits.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +18,7 @@
 #include "compute/cuda/device.h"
 #include "compute/cuda/gemm_sm90.h"
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/skinny_linear_sm90.h"
 #include "support/cuda_elements.h"
 #include "support/random_values.h"
 
@@ -21,35 +26,47 @@ namespace hark::compute::cuda {
 namespace {
 
 using hark::testing::uniform_values;
+using testing::activate;
+using testing::activation_name;
 using testing::decode;
 using testing::element_name;
 using testing::encode;
 using testing::rounded;
-
-double activate(Activation act, double x) {
-  switch (act) {
-    case Activation::silu:
-      return x / (1.0 + std::exp(-x));
-    case Activation::gelu:
-      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-    case Activation::relu:
-      return std::max(x, 0.0);
-    case Activation::none:
-      break;
-  }
-  return x;
-}
-
-const char* activation_name(Activation act) {
-  constexpr const char* kNames[] = {"none", "gelu", "silu", "relu"};
-  return kNames[static_cast<int>(act)];
-}
 
 struct Case {
   int64_t m, k, n;
   Activation act;
   bool bias;
 };
+
+constexpr int64_t kGuardRows = 3;
+constexpr float kSentinel = 1234.0f;
+
+// The largest |y − want| / (0.05 + |want|) over y's first m rows, want = act(x · wᵀ + bias) (+
+// residual) in double (bias, residual empty: none).
+double worst_error(const std::vector<float>& y, const std::vector<float>& x,
+                   const std::vector<float>& w, const std::vector<float>& bias, Activation act,
+                   const std::vector<float>& residual, int64_t m, int64_t k, int64_t n) {
+  double worst = 0;
+  for (int64_t row = 0; row < m; ++row) {
+    for (int64_t col = 0; col < n; ++col) {
+      double sum = bias.empty() ? 0.0 : bias[col];
+      for (int64_t i = 0; i < k; ++i) sum += double{x[row * k + i]} * w[col * k + i];
+      double want = activate(act, sum);
+      if (!residual.empty()) want += residual[row * n + col];
+      worst = std::max(worst, std::abs(y[row * n + col] - want) / (0.05 + std::abs(want)));
+    }
+  }
+  return worst;
+}
+
+// The kGuardRows rows after y's first m still hold kSentinel.
+void expect_guard_rows(Element e, const std::vector<float>& y, int64_t m, int64_t n) {
+  const float sentinel = rounded(e, {kSentinel})[0];
+  for (int64_t i = m * n; i < (m + kGuardRows) * n; ++i) {
+    ASSERT_EQ(y[i], sentinel) << "row " << i / n << " past the last was written";
+  }
+}
 
 TEST(ActivationLinearCuda, MatchesADoubleReferenceForEveryTileShapeAndActivation) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
@@ -65,8 +82,6 @@ TEST(ActivationLinearCuda, MatchesADoubleReferenceForEveryTileShapeAndActivation
       {1100, 128, 4096, Activation::relu, false},  //
       {600, 1280, 1024, Activation::gelu, true},   // sums to about ±8: the fitted GELU's tails
   };
-  constexpr int64_t kGuardRows = 3;
-  constexpr float kSentinel = 1234.0f;
   for (const Element e : {Element::bf16, Element::f16}) {
     for (const Case& c : cases) {
       SCOPED_TRACE(::testing::Message()
@@ -85,22 +100,12 @@ TEST(ActivationLinearCuda, MatchesADoubleReferenceForEveryTileShapeAndActivation
       std::vector<uint8_t> bytes(y_dev.bytes());
       download(y_dev.data(), bytes.size(), bytes.data());
       const std::vector<float> y = decode(e, bytes);
-      double worst = 0;
-      for (int64_t row = 0; row < c.m; ++row) {
-        for (int64_t col = 0; col < c.n; ++col) {
-          double sum = c.bias ? bias[col] : 0.0;
-          for (int64_t i = 0; i < c.k; ++i) sum += double{x[row * c.k + i]} * w[col * c.k + i];
-          const double want = activate(c.act, sum);
-          worst = std::max(worst, std::abs(y[row * c.n + col] - want) / (0.05 + std::abs(want)));
-        }
-      }
       // One rounding to 16 bits (2^-9 relative for bf16) on top of F32 accumulation; a value in
       // the wrong place is off by about its own size.
-      EXPECT_LT(worst, 8e-3);
-      const float sentinel = rounded(e, {kSentinel})[0];
-      for (int64_t i = c.m * c.n; i < (c.m + kGuardRows) * c.n; ++i) {
-        ASSERT_EQ(y[i], sentinel) << "row " << i / c.n << " past the last was written";
-      }
+      EXPECT_LT(
+          worst_error(y, x, w, c.bias ? bias : std::vector<float>{}, c.act, {}, c.m, c.k, c.n),
+          8e-3);
+      expect_guard_rows(e, y, c.m, c.n);
     }
   }
 }
@@ -218,6 +223,89 @@ TEST(ActivationLinearCuda, RefusesWhatItCannotRun) {
       quantized_linear_runs(Element::bf16, 128, 64, 256, 64, 1500, p, p, nullptr, q + 8, scales));
   EXPECT_THROW(
       quantized_linear(Element::bf16, p, 128, 64, p, 256, nullptr, 32, 1500, q, scales, nullptr),
+      std::exception);
+}
+
+struct SkinnyCase {
+  int64_t m, k, n;
+  Activation act;
+  bool bias, residual;
+};
+
+bool on_hopper() {
+  return skinny_linear_runs(Element::f16, 1, 64, 64, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+
+TEST(SkinnyLinearCuda, MatchesADoubleReferenceForEveryRowFormAndEpilogue) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  if (!on_hopper()) GTEST_SKIP() << "not a compute capability 9.0 GPU: " << describe();
+  const SkinnyCase cases[] = {
+      {1, 64, 64, Activation::none, true, false},       // one row, one stage, one CTA
+      {9, 1280, 1280, Activation::none, true, true},    // a decode step's output layer: 8 shares
+      {16, 1280, 3840, Activation::none, true, false},  // its fused Q, K, V
+      {12, 5120, 1280, Activation::none, true, true},   // fc2: 10 stages a share through 8
+      {20, 5120, 1280, Activation::none, false, true},  // the 32-column form, the same
+      {32, 1280, 5120, Activation::gelu, true, false},  // fc1
+      {17, 576, 192, Activation::silu, false, true},    // shares of 4 and 5 stages
+      {8, 320, 128, Activation::relu, true, false},     // shares of 2 and 3 stages
+      {24, 128, 64, Activation::none, false, false},    // too shallow to split
+  };
+
+  for (const Element e : {Element::f16, Element::bf16}) {
+    for (const SkinnyCase& c : cases) {
+      SCOPED_TRACE(::testing::Message()
+                   << element_name(e) << " " << c.m << " x " << c.k << " x " << c.n << " "
+                   << activation_name(c.act) << (c.bias ? " with bias" : "")
+                   << (c.residual ? " with residual" : ""));
+      const auto seed = static_cast<uint32_t>(c.m * 11 + c.k * 3 + c.n);
+      const std::vector<float> x = rounded(e, uniform_values(c.m * c.k, seed));
+      const std::vector<float> w = rounded(e, uniform_values(c.n * c.k, seed + 1, -0.1f, 0.1f));
+      const std::vector<float> bias = rounded(e, uniform_values(c.n, seed + 2));
+      // y starts as the residual (or sentinels), with sentinel rows after it.
+      std::vector<float> start(static_cast<size_t>((c.m + kGuardRows) * c.n), kSentinel);
+      const std::vector<float> residual = rounded(e, uniform_values(c.m * c.n, seed + 3));
+      if (c.residual) std::copy(residual.begin(), residual.end(), start.begin());
+      const Buffer x_dev = upload_vector(encode(e, x)), w_dev = upload_vector(encode(e, w));
+      const Buffer bias_dev = upload_vector(encode(e, bias));
+      const std::vector<uint8_t> start_bytes = encode(e, start);
+      Buffer y_dev = upload_vector(start_bytes);
+      const auto run = [&] {
+        skinny_linear(e, x_dev.data(), c.m, c.k, w_dev.data(), c.n,
+                      c.bias ? bias_dev.data() : nullptr, c.act,
+                      c.residual ? y_dev.data() : nullptr, y_dev.data(), nullptr);
+        std::vector<uint8_t> bytes(y_dev.bytes());
+        download(y_dev.data(), bytes.size(), bytes.data());
+        return bytes;
+      };
+      const std::vector<uint8_t> first = run();
+      const std::vector<float> y = decode(e, first);
+      EXPECT_LT(worst_error(y, x, w, c.bias ? bias : std::vector<float>{}, c.act,
+                            c.residual ? residual : std::vector<float>{}, c.m, c.k, c.n),
+                8e-3);
+      expect_guard_rows(e, y, c.m, c.n);
+      // The depth shares add up in a fixed order: the same inputs give the same bits.
+      upload(start_bytes.data(), start_bytes.size(), y_dev.data(), nullptr);
+      EXPECT_EQ(run(), first);
+    }
+  }
+}
+
+TEST(SkinnyLinearCuda, RefusesWhatItCannotRun) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  if (!on_hopper()) GTEST_SKIP() << "not a compute capability 9.0 GPU: " << describe();
+  Buffer any(4096);
+  void* p = any.data();
+  EXPECT_TRUE(skinny_linear_runs(Element::f16, 32, 64, 64, p, p, p, p, p));
+  EXPECT_FALSE(skinny_linear_runs(Element::f32, 16, 64, 64, p, p, nullptr, nullptr, p));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, 33, 64, 64, p, p, nullptr, nullptr, p));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, 0, 64, 64, p, p, nullptr, nullptr, p));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 96, 64, p, p, nullptr, nullptr, p));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 64, 96, p, p, nullptr, nullptr, p));
+  const auto* odd = static_cast<const uint8_t*>(p) + 2;
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 64, 64, p, p, odd, nullptr, p));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 64, 64, p, p, nullptr, odd, p));
+  EXPECT_THROW(
+      skinny_linear(Element::f16, p, 33, 64, p, 64, nullptr, Activation::none, nullptr, p, nullptr),
       std::exception);
 }
 

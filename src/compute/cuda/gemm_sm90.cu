@@ -25,6 +25,7 @@
 #include <algorithm>
 
 #include "base/error.h"
+#include "compute/cuda/activation.cuh"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/hopper.cuh"
@@ -47,6 +48,7 @@ constexpr int kStageBytes = kStageXBytes + kStageWBytes;
 // that one fills while TMA still reads the other.
 constexpr int kBoxCols = 64;
 constexpr int kBoxBytes = 64 * kBoxCols * 2;
+static_assert(kTileDepth == 64 && kBoxCols == 64, "row_major_map's boxes are 64 values wide");
 constexpr int kOutputBytes = 2 * 2 * kBoxBytes;
 static_assert(2 * kQuantizedGroup == kTileCols, "Int8Output: a consumer's tile holds two groups");
 // The stages, the boxes, the barriers (full and empty per stage, the consumers' two turns), and
@@ -59,49 +61,6 @@ static_assert(kSharedBytes <= 227 * 1024);
 // accumulators each (40 · 128 + 232 · 256 ≤ 65,536 registers of an SM).
 constexpr int kProducerRegisters = 40;
 constexpr int kConsumerRegisters = 232;
-
-// The epilogue's time is time the tensor cores wait, and its activation runs on the special
-// function unit (16 results per cycle and SM): SiLU as x · (1 + tanh(x / 2)) / 2, one
-// tanh.approx (relative error 2^-11, about the one rounding to 16 bits that follows) where
-// x / (1 + e^-x) takes two (exponential, reciprocal): 205 → 184 µs (16,000 × 1024 × 4096, H200).
-__device__ __forceinline__ float fast_tanh(float x) {
-  float y;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// GELU, x · Φ(x), as x · σ(x · P(x²)): P of degree 2 fitted to the erf form on |x| ≤ 10
-// (Lawson's reweighting toward minimax), its argument clamped to ±10, where σ is 0 or 1 in F32
-// anyway. The largest error is 2.6e-5 (checked in double up to |x| = 30), about one rounding to
-// F16 (half a unit at 0.125 is 3.1e-5), and σ's tail stays relative: 1 / (1 + e^-z) loses
-// nothing for z < 0, where 1 + tanh would cancel. The coefficients carry −log2(e), so that e^-z
-// is one ex2. Why not erff: two special-function results an element where erff takes one and
-// about 20 other instructions, and the epilogue's instructions are time the tensor cores wait:
-// large-v3's encoder fc1 (24,000 × 1280 × 5120) 498.5 → 425.5 µs, cuBLASLt's product alone
-// 382.9 (`hark bench --device cuda --products`, bench/RESULTS.md, fifteenth session). The tanh
-// form (tanh.approx of √(2/π) · (x + 0.044715 x³)) was about as fast, but 17 times as far from
-// a double reference as the erf form in F16, for negative x (activation_linear_cuda_test).
-__device__ __forceinline__ float fitted_gelu(float x) {
-  const float clamped = fminf(fmaxf(x, -10.0f), 10.0f), squared = clamped * clamped;
-  const float exponent = x * fmaf(fmaf(1.0138142e-3f, squared, -0.10677359f), squared, -2.3011232f);
-  float e_minus_z, sigma;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e_minus_z) : "f"(exponent));
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(sigma) : "f"(1.0f + e_minus_z));
-  return x * sigma;
-}
-
-template <Activation kAct>
-__device__ __forceinline__ float activated(float value) {
-  if constexpr (kAct == Activation::silu) {
-    return 0.5f * value * (1.0f + fast_tanh(0.5f * value));
-  } else if constexpr (kAct == Activation::gelu) {
-    return fitted_gelu(value);
-  } else if constexpr (kAct == Activation::relu) {
-    return relu_value(value);
-  } else {
-    return value;
-  }
-}
 
 // Where a tile's results go (the kernel's Output):
 //   ElementOutput: activated and rounded to the element type, [m, n] row-major through TMA
@@ -384,17 +343,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 // ---- Host side ----
 
-// A row-major [rows, cols] matrix of 16-bit values in boxes of box_rows × 64 (128 bytes, the
-// swizzle's row), in the 128-byte swizzle; loads read rows past the end as zeros, stores leave
-// them alone.
-CUtensorMap tile_map(Element e, const void* matrix, int64_t rows, int64_t cols, int box_rows) {
-  static_assert(kTileDepth == kBoxCols, "one box width for loads and stores");
-  const uint64_t sizes[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
-  const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
-  const uint32_t box[2] = {kTileDepth, static_cast<uint32_t>(box_rows)};
-  return hopper::swizzled_map(e, matrix, 2, sizes, strides, box);
-}
-
 template <class T, Activation kAct, class Output>
 void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const void* bias,
             const Output& out, Element e, cudaStream_t stream) {
@@ -403,8 +351,8 @@ void launch(const void* x, int64_t m, int64_t k, const void* w, int64_t n, const
                            "activation_linear shared memory"),
        true);
   (void)configured;
-  const CUtensorMap x_map = tile_map(e, x, m, k, kTileRows);
-  const CUtensorMap w_map = tile_map(e, w, n, k, kTileCols);
+  const CUtensorMap x_map = row_major_map(e, x, m, k, kTileRows);
+  const CUtensorMap w_map = row_major_map(e, w, n, k, kTileCols);
   const int64_t tiles = (m + kTileRows - 1) / kTileRows * (n / kTileCols);
   const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, multiprocessor_count()));
   activation_linear_kernel<T, kAct, Output><<<blocks, kThreads, kSharedBytes, stream>>>(
@@ -438,7 +386,7 @@ void activation_linear(Element e, const void* x, int64_t m, int64_t k, const voi
   }
   with_16_bit_type(e, [&](auto type) {
     using T = decltype(type);
-    const ElementOutput out{tile_map(e, y, m, n, 64)};
+    const ElementOutput out{row_major_map(e, y, m, n, 64)};
     switch (act) {
       case Activation::none:
         return launch<T, Activation::none>(x, m, k, w, n, bias, out, e, stream);

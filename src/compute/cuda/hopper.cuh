@@ -155,6 +155,9 @@ __device__ __forceinline__ void fence_registers(T (&values)[kCount]) {
   for (int i = 0; i < kCount; ++i) asm volatile("" : "+r"(values[i])::"memory");
 }
 
+#define HARK_WGMMA_8_ACCUMULATORS "{%0, %1, %2, %3, %4, %5, %6, %7}"
+#define HARK_WGMMA_16_ACCUMULATORS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define HARK_WGMMA_32_ACCUMULATORS                                                   \
   "{"                                                                                \
   "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, " \
@@ -168,6 +171,11 @@ __device__ __forceinline__ void fence_registers(T (&values)[kCount]) {
   "%50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"             \
   "}"
 
+#define HARK_WGMMA_8_OUTPUTS(d) \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+#define HARK_WGMMA_16_OUTPUTS(d)                                                          \
+  HARK_WGMMA_8_OUTPUTS(d), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), \
+      "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
 #define HARK_WGMMA_32_OUTPUTS(d)                                                                  \
   "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
       "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
@@ -210,6 +218,38 @@ __device__ __forceinline__ void wgmma_64x128x16(float (&d)[64], uint64_t a, uint
 #undef HARK_WGMMA
 }
 
+// The same for an n × 16 tile b with n = 16 or 32 (a step's few rows as wgmma's columns): d holds
+// n / 2 accumulators a thread, in n / 8 column groups j.
+template <class T, int kN>
+__device__ __forceinline__ void wgmma_64xNx16(float (&d)[kN / 2], uint64_t a, uint64_t b,
+                                              int scale_d) {
+  static_assert(kN == 16 || kN == 32, "wgmma_64xNx16: n of 16 or 32");
+#define HARK_WGMMA(type)                                                                           \
+  if constexpr (kN == 32) {                                                                        \
+    asm volatile(                                                                                  \
+        "{\n"                                                                                      \
+        ".reg .pred accumulate;\n"                                                                 \
+        "setp.ne.b32 accumulate, %18, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32." type "." type " " HARK_WGMMA_16_ACCUMULATORS \
+        ", %16, %17, accumulate, 1, 1, 0, 0;\n"                                                    \
+        "}\n"                                                                                      \
+        : HARK_WGMMA_16_OUTPUTS(d)                                                                 \
+        : "l"(a), "l"(b), "r"(scale_d));                                                           \
+  } else {                                                                                         \
+    asm volatile(                                                                                  \
+        "{\n"                                                                                      \
+        ".reg .pred accumulate;\n"                                                                 \
+        "setp.ne.b32 accumulate, %10, 0;\n"                                                        \
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32." type "." type " " HARK_WGMMA_8_ACCUMULATORS  \
+        ", %8, %9, accumulate, 1, 1, 0, 0;\n"                                                      \
+        "}\n"                                                                                      \
+        : HARK_WGMMA_8_OUTPUTS(d)                                                                  \
+        : "l"(a), "l"(b), "r"(scale_d));                                                           \
+  }
+  HARK_WGMMA_FOR_TYPE(T, HARK_WGMMA)
+#undef HARK_WGMMA
+}
+
 // d += a · b for a 64 × 16 tile a in registers (per warp, the A fragment of mma.m16n8k16 for
 // the warp's 16 rows: (row g, k 2c..2c+1), (g+8, 2c..), (g, 2c+8..), (g+8, 2c+8..), g = lane / 4,
 // c = lane % 4) and a 16 × 64 tile b, MN-major in shared memory (its descriptor; the product
@@ -232,8 +272,12 @@ __device__ __forceinline__ void wgmma_64x64x16_registers(float (&d)[32], const u
 }
 
 #undef HARK_WGMMA_FOR_TYPE
+#undef HARK_WGMMA_8_ACCUMULATORS
+#undef HARK_WGMMA_16_ACCUMULATORS
 #undef HARK_WGMMA_32_ACCUMULATORS
 #undef HARK_WGMMA_64_ACCUMULATORS
+#undef HARK_WGMMA_8_OUTPUTS
+#undef HARK_WGMMA_16_OUTPUTS
 #undef HARK_WGMMA_32_OUTPUTS
 #undef HARK_WGMMA_64_OUTPUTS
 
@@ -284,6 +328,17 @@ inline CUtensorMap swizzled_map(Element e, const void* base, int rank, const uin
   return swizzled_map(
       e == Element::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, base,
       rank, sizes, strides, box);
+}
+
+// A row-major [rows, cols] matrix of 16-bit values of type e in boxes of box_rows × 64 values
+// (128 bytes, the swizzle's row): the operand tiles of a product, or the boxes its results are
+// stored from.
+inline CUtensorMap row_major_map(Element e, const void* matrix, int64_t rows, int64_t cols,
+                                 int box_rows) {
+  const uint64_t sizes[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
+  const uint32_t box[2] = {64, static_cast<uint32_t>(box_rows)};
+  return swizzled_map(e, matrix, 2, sizes, strides, box);
 }
 
 // Whether the current device has compute capability 9.0, the only one sm_90a code runs on; asked

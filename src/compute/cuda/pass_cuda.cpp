@@ -10,6 +10,7 @@
 #include "base/little_endian.h"
 #include "base/log.h"
 #include "compute/cuda/kernels_conformer.h"
+#include "compute/cuda/skinny_linear_sm90.h"
 #include "format/quant.h"
 
 namespace hark::compute::cuda {
@@ -42,6 +43,16 @@ bool reads_q8_0_directly(const Matrix& w, int64_t m, const void* x) {
 // at every product so that a test can compare both ways in one process.
 bool sm90_gemm_enabled() {
   const char* value = std::getenv("HARK_CUDA_SM90_GEMM");
+  return value == nullptr || std::string(value) != "0";
+}
+
+// Whether a product of m rows takes skinny_linear (a batched decode step's products, with their
+// bias, activation and residual): up to kSkinnyMaxRows rows, unless a Q8_0 product reads its
+// quants directly. HARK_CUDA_SKINNY_LINEAR=0 (or HARK_CUDA_SM90_GEMM=0) leaves them to cuBLASLt,
+// to compare; read at every product, as above.
+bool takes_skinny_linear(const Matrix& w, int64_t m, const void* x) {
+  if (m > kSkinnyMaxRows || reads_q8_0_directly(w, m, x) || !sm90_gemm_enabled()) return false;
+  const char* value = std::getenv("HARK_CUDA_SKINNY_LINEAR");
   return value == nullptr || std::string(value) != "0";
 }
 
@@ -290,6 +301,12 @@ void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const 
     return;
   }
   const void* weights = w.q8_0 ? expanded(w) : w.data.data();
+  if (takes_skinny_linear(w, m, x) &&
+      skinny_linear_runs(element_, m, w.cols, w.rows, x, weights, bias, residual, y)) {
+    skinny_linear(element_, x, m, w.cols, weights, w.rows, bias, Activation::none, residual, y,
+                  stream_);
+    return;
+  }
   gemm_.linear(element_, x, m, w.cols, weights, w.rows, bias, residual, element_, y, stream_);
 }
 
@@ -303,6 +320,14 @@ void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Acti
       cuda::activation_linear(element_, x, m, w.cols, weights, w.rows, bias, act, y, stream_);
       return;
     }
+  }
+  // (Expanded Q8_0 weights are a buffer of their own, aligned as any.)
+  if (takes_skinny_linear(w, m, x) &&
+      skinny_linear_runs(element_, m, w.cols, w.rows, x, w.q8_0 ? nullptr : w.data.data(), bias,
+                         nullptr, y)) {
+    const void* weights = w.q8_0 ? expanded(w) : w.data.data();
+    skinny_linear(element_, x, m, w.cols, weights, w.rows, bias, act, nullptr, y, stream_);
+    return;
   }
   linear(x, m, layer, y);
   switch (act) {
