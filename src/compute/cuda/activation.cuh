@@ -2,6 +2,9 @@
 // F32 on the accumulator before the one rounding to the element type.
 #pragma once
 
+#include <type_traits>
+
+#include "base/error.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/gemm_sm90.h"
 
@@ -48,6 +51,23 @@ __device__ __forceinline__ float activated(float value) {
   } else {
     return value;
   }
+}
+
+// Calls f(std::integral_constant<Activation, act>{}): a launcher's one switch from the run-time
+// activation to the kernel instantiated for it.
+template <class F>
+void with_activation(Activation act, F&& f) {
+  switch (act) {
+    case Activation::none:
+      return f(std::integral_constant<Activation, Activation::none>{});
+    case Activation::gelu:
+      return f(std::integral_constant<Activation, Activation::gelu>{});
+    case Activation::silu:
+      return f(std::integral_constant<Activation, Activation::silu>{});
+    case Activation::relu:
+      return f(std::integral_constant<Activation, Activation::relu>{});
+  }
+  fail("CUDA products: unknown activation");
 }
 
 }  // namespace hark::compute::cuda

@@ -387,17 +387,9 @@ void activation_linear(Element e, const void* x, int64_t m, int64_t k, const voi
   with_16_bit_type(e, [&](auto type) {
     using T = decltype(type);
     const ElementOutput out{row_major_map(e, y, m, n, 64)};
-    switch (act) {
-      case Activation::none:
-        return launch<T, Activation::none>(x, m, k, w, n, bias, out, e, stream);
-      case Activation::gelu:
-        return launch<T, Activation::gelu>(x, m, k, w, n, bias, out, e, stream);
-      case Activation::silu:
-        return launch<T, Activation::silu>(x, m, k, w, n, bias, out, e, stream);
-      case Activation::relu:
-        return launch<T, Activation::relu>(x, m, k, w, n, bias, out, e, stream);
-    }
-    fail("activation_linear: unknown activation");
+    with_activation(act, [&](auto kind) {
+      launch<T, decltype(kind)::value>(x, m, k, w, n, bias, out, e, stream);
+    });
   });
 }
 

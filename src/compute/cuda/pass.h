@@ -180,6 +180,10 @@ class Pass {
   }
 
  private:
+  // Runs y = act(x · Wᵀ + bias) + residual as skinny_linear (skinny_linear_sm90.h) where it takes
+  // the product (null residual: none); false where it does not, having done nothing.
+  bool skinny(const void* x, int64_t m, const Linear& layer, Activation act, const void* residual,
+              void* y);
   const void* expanded(const Matrix& w);
 
   Element element_;

@@ -300,14 +300,24 @@ void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const 
                   bias, false, residual, y, nullptr, stream_);
     return;
   }
+  if (skinny(x, m, layer, Activation::none, residual, y)) return;
   const void* weights = w.q8_0 ? expanded(w) : w.data.data();
-  if (takes_skinny_linear(w, m, x) &&
-      skinny_linear_runs(element_, m, w.cols, w.rows, x, weights, bias, residual, y)) {
-    skinny_linear(element_, x, m, w.cols, weights, w.rows, bias, Activation::none, residual, y,
-                  stream_);
-    return;
-  }
   gemm_.linear(element_, x, m, w.cols, weights, w.rows, bias, residual, element_, y, stream_);
+}
+
+bool Pass::skinny(const void* x, int64_t m, const Linear& layer, Activation act,
+                  const void* residual, void* y) {
+  const Matrix& w = layer.weight;
+  if (!takes_skinny_linear(w, m, x)) return false;
+  const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
+  // (Expanded Q8_0 weights are a buffer of their own, aligned as any: expanded only if it runs.)
+  if (!skinny_linear_runs(element_, m, w.cols, w.rows, x, w.q8_0 ? nullptr : w.data.data(), bias,
+                          residual, y)) {
+    return false;
+  }
+  const void* weights = w.q8_0 ? expanded(w) : w.data.data();
+  skinny_linear(element_, x, m, w.cols, weights, w.rows, bias, act, residual, y, stream_);
+  return true;
 }
 
 void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Activation act,
@@ -321,14 +331,7 @@ void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Acti
       return;
     }
   }
-  // (Expanded Q8_0 weights are a buffer of their own, aligned as any.)
-  if (takes_skinny_linear(w, m, x) &&
-      skinny_linear_runs(element_, m, w.cols, w.rows, x, w.q8_0 ? nullptr : w.data.data(), bias,
-                         nullptr, y)) {
-    const void* weights = w.q8_0 ? expanded(w) : w.data.data();
-    skinny_linear(element_, x, m, w.cols, weights, w.rows, bias, act, nullptr, y, stream_);
-    return;
-  }
+  if (skinny(x, m, layer, act, nullptr, y)) return;
   linear(x, m, layer, y);
   switch (act) {
     case Activation::none:

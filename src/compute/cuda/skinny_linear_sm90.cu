@@ -281,18 +281,10 @@ void skinny_linear(Element e, const void* x, int64_t m, int64_t k, const void* w
          kSkinnyMaxRows, " rows, n and k multiples of 64, 16-byte alignment)");
   }
   with_16_bit_type(e, [&](auto type) {
-    using T = decltype(type);
-    switch (act) {
-      case Activation::none:
-        return launch_rows<T, Activation::none>(e, x, m, k, w, n, bias, residual, y, stream);
-      case Activation::gelu:
-        return launch_rows<T, Activation::gelu>(e, x, m, k, w, n, bias, residual, y, stream);
-      case Activation::silu:
-        return launch_rows<T, Activation::silu>(e, x, m, k, w, n, bias, residual, y, stream);
-      case Activation::relu:
-        return launch_rows<T, Activation::relu>(e, x, m, k, w, n, bias, residual, y, stream);
-    }
-    fail("skinny_linear: unknown activation");
+    with_activation(act, [&](auto kind) {
+      launch_rows<decltype(type), decltype(kind)::value>(e, x, m, k, w, n, bias, residual, y,
+                                                         stream);
+    });
   });
 }
 
