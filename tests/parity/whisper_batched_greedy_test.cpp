@@ -73,6 +73,31 @@ INSTANTIATE_TEST_SUITE_P(Types, WhisperCudaAgainstCpu,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// The decoder's three norms a layer inside its products (skinny_linear with the norm, taken with
+// HARK_CUDA_SKINNY_NORM=1 by up to 32 rows: here two 4-token prompts) against the CPU, within the
+// bound of F16 above, and against the same GPU model with the norms as kernels of their own.
+TEST(WhisperCudaSkinnyNorm, LogitsMatchTheCpuWithTheNormsInTheProducts) {
+  if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
+  const Pair models = load_pair("tiny-random-large-v3", DType::F16);
+  const Config& config = models.cpu->config();
+  const std::vector<float> mel = testing::three_windows(config.n_mels);
+  const auto gpu_windows = models.cuda->encode_batch(mel, 3);
+  const auto cpu_windows = models.cpu->encode_batch(mel, 3);
+  const std::vector<int32_t> prompt = {50258, 50259, 50360, 50364};
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE("window " + std::to_string(i));
+    const std::vector<float> separate =
+        models.cuda->start(gpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
+    const testing::ScopedEnv fused_norms("HARK_CUDA_SKINNY_NORM", "1");
+    const std::vector<float> fused =
+        models.cuda->start(gpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
+    const std::vector<float> cpu_logits =
+        models.cpu->start(cpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
+    EXPECT_LE(relative_error(fused, cpu_logits), 2e-2);
+    EXPECT_LE(relative_error(fused, separate), 1e-2);
+  }
+}
+
 // A batch of up to 3 windows replays its encoder layers as a CUDA Graph from the second call
 // with the same buffers on: the replay must compute what the eager launches compute, for a new
 // input too (the graph reads the buffers, not what they held at its capture).

@@ -6,7 +6,9 @@
 // few rows (skinny_linear_sm90.h): both forms (16 and 32 columns of wgmma) with rows to spare,
 // one depth stage and depth shares of uneven length, long depths (the ring of stages wraps),
 // every activation, bias and residual (the residual as y itself, as a decoder's residual stream
-// is); rows past m stay unwritten, and a second run gives the same bits.
+// is); rows past m stay unwritten, and a second run gives the same bits. Its form with the layer
+// norm before the product, against the norm and the product in double; and the same bits for
+// every depth of its ring of stages.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,6 +23,7 @@
 #include "compute/cuda/skinny_linear_sm90.h"
 #include "support/cuda_elements.h"
 #include "support/random_values.h"
+#include "support/scoped_env.h"
 
 namespace hark::compute::cuda {
 namespace {
@@ -31,6 +34,7 @@ using testing::activation_name;
 using testing::decode;
 using testing::element_name;
 using testing::encode;
+using testing::layer_norm_reference;
 using testing::rounded;
 
 struct Case {
@@ -232,8 +236,29 @@ struct SkinnyCase {
   bool bias, residual;
 };
 
+// x [m, k] times w [n, k] (16-bit) into y, and nothing else yet.
+SkinnyProduct skinny_product(const void* x, int64_t m, int64_t k, const void* w, int64_t n,
+                             void* y) {
+  SkinnyProduct product;
+  product.x = x;
+  product.m = m;
+  product.k = k;
+  product.w = {w, false};
+  product.n = n;
+  product.y = y;
+  return product;
+}
+
+// Runs the product, then reads y's buffer back.
+std::vector<uint8_t> run_skinny(Element e, const SkinnyProduct& product, const Buffer& y) {
+  skinny_linear(e, product, nullptr);
+  std::vector<uint8_t> bytes(y.bytes());
+  download(y.data(), bytes.size(), bytes.data());
+  return bytes;
+}
+
 bool on_hopper() {
-  return skinny_linear_runs(Element::f16, 1, 64, 64, nullptr, nullptr, nullptr, nullptr, nullptr);
+  return skinny_linear_runs(Element::f16, skinny_product(nullptr, 1, 64, nullptr, 64, nullptr));
 }
 
 TEST(SkinnyLinearCuda, MatchesADoubleReferenceForEveryRowFormAndEpilogue) {
@@ -269,15 +294,12 @@ TEST(SkinnyLinearCuda, MatchesADoubleReferenceForEveryRowFormAndEpilogue) {
       const Buffer bias_dev = upload_vector(encode(e, bias));
       const std::vector<uint8_t> start_bytes = encode(e, start);
       Buffer y_dev = upload_vector(start_bytes);
-      const auto run = [&] {
-        skinny_linear(e, x_dev.data(), c.m, c.k, w_dev.data(), c.n,
-                      c.bias ? bias_dev.data() : nullptr, c.act,
-                      c.residual ? y_dev.data() : nullptr, y_dev.data(), nullptr);
-        std::vector<uint8_t> bytes(y_dev.bytes());
-        download(y_dev.data(), bytes.size(), bytes.data());
-        return bytes;
-      };
-      const std::vector<uint8_t> first = run();
+      SkinnyProduct product =
+          skinny_product(x_dev.data(), c.m, c.k, w_dev.data(), c.n, y_dev.data());
+      product.bias = c.bias ? bias_dev.data() : nullptr;
+      product.act = c.act;
+      product.residual = c.residual ? y_dev.data() : nullptr;
+      const std::vector<uint8_t> first = run_skinny(e, product, y_dev);
       const std::vector<float> y = decode(e, first);
       EXPECT_LT(worst_error(y, x, w, c.bias ? bias : std::vector<float>{}, c.act,
                             c.residual ? residual : std::vector<float>{}, c.m, c.k, c.n),
@@ -285,7 +307,101 @@ TEST(SkinnyLinearCuda, MatchesADoubleReferenceForEveryRowFormAndEpilogue) {
       expect_guard_rows(e, y, c.m, c.n);
       // The depth shares add up in a fixed order: the same inputs give the same bits.
       upload(start_bytes.data(), start_bytes.size(), y_dev.data(), nullptr);
-      EXPECT_EQ(run(), first);
+      EXPECT_EQ(run_skinny(e, product, y_dev), first);
+    }
+  }
+}
+
+// With the layer norm in the kernel: against the norm in double, rounded to the element type
+// (as the kernel rounds it, and layer_norm its output), then the product in double. The rows'
+// means lie far from 0 against their spread (up to ±4.5 against 0.58), and the shares whose
+// statistics the cluster merges are of equal and unequal depth, 1 to 8 of them.
+struct SkinnyNormCase {
+  int64_t m, k, n;
+  Activation act;
+};
+
+TEST(SkinnyLinearCuda, AppliesTheLayerNormFirst) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  if (!on_hopper()) GTEST_SKIP() << "not a compute capability 9.0 GPU: " << describe();
+  const SkinnyNormCase cases[] = {
+      {1, 1280, 3840, Activation::none},   // large-v3's Q, K and V at batch 1: 4 shares
+      {16, 1280, 1280, Activation::none},  // its cross-attention query: 8 shares
+      {32, 1280, 5120, Activation::gelu},  // fc1: 2 shares of 640, 40 KB of x each
+      {20, 576, 192, Activation::gelu},    // shares of 4 and 5 steps
+      {9, 384, 1152, Activation::none},    // tiny's width
+      {3, 64, 64, Activation::none},       // one step, one CTA
+  };
+  constexpr float kEps = 1e-5f;
+  for (const Element e : {Element::f16, Element::bf16}) {
+    for (const SkinnyNormCase& c : cases) {
+      SCOPED_TRACE(::testing::Message() << element_name(e) << " " << c.m << " x " << c.k << " x "
+                                        << c.n << " " << activation_name(c.act));
+      const auto seed = static_cast<uint32_t>(c.m * 13 + c.k * 5 + c.n);
+      std::vector<float> x = uniform_values(c.m * c.k, seed);
+      for (int64_t i = 0; i < c.m * c.k; ++i)
+        x[i] += 3.0f * (static_cast<float>(i / c.k % 4) - 1.5f);
+      x = rounded(e, x);
+      const std::vector<float> gamma = rounded(e, uniform_values(c.k, seed + 1, 0.5f, 1.5f));
+      const std::vector<float> beta = rounded(e, uniform_values(c.k, seed + 2, -0.5f, 0.5f));
+      const std::vector<float> w = rounded(e, uniform_values(c.n * c.k, seed + 3, -0.1f, 0.1f));
+      const std::vector<float> bias = rounded(e, uniform_values(c.n, seed + 4));
+      const std::vector<double> normed = layer_norm_reference(x, gamma, beta, kEps, c.m, c.k);
+      const std::vector<float> h = rounded(e, std::vector<float>(normed.begin(), normed.end()));
+
+      const Buffer x_dev = upload_vector(encode(e, x)), w_dev = upload_vector(encode(e, w));
+      const Buffer gamma_dev = upload_vector(encode(e, gamma));
+      const Buffer beta_dev = upload_vector(encode(e, beta));
+      const Buffer bias_dev = upload_vector(encode(e, bias));
+      const std::vector<uint8_t> start =
+          encode(e, std::vector<float>(static_cast<size_t>((c.m + kGuardRows) * c.n), kSentinel));
+      Buffer y_dev = upload_vector(start);
+      const DecodeNorm norm{gamma_dev.data(), beta_dev.data(), kEps};
+      SkinnyProduct product =
+          skinny_product(x_dev.data(), c.m, c.k, w_dev.data(), c.n, y_dev.data());
+      product.bias = bias_dev.data();
+      product.act = c.act;
+      product.norm = &norm;
+      ASSERT_TRUE(skinny_linear_runs(e, product));
+      const std::vector<uint8_t> first = run_skinny(e, product, y_dev);
+      const std::vector<float> y = decode(e, first);
+      EXPECT_LT(worst_error(y, h, w, bias, c.act, {}, c.m, c.k, c.n), 8e-3);
+      expect_guard_rows(e, y, c.m, c.n);
+      upload(start.data(), start.size(), y_dev.data(), nullptr);
+      EXPECT_EQ(run_skinny(e, product, y_dev), first);
+    }
+  }
+}
+
+// The ring's depth (HARK_CUDA_SKINNY_STAGES) changes when the copies happen, not what is added
+// in which order: 2 to 8 stages give the same bits, with and without the norm, through shares of
+// 10 steps (the ring wraps up to 5 times).
+TEST(SkinnyLinearCuda, GivesTheSameBitsForEveryRingDepth) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  if (!on_hopper()) GTEST_SKIP() << "not a compute capability 9.0 GPU: " << describe();
+  const Element e = Element::f16;
+  for (const bool with_norm : {false, true}) {
+    SCOPED_TRACE(with_norm ? "fc1 with its norm" : "fc2 with its residual");
+    const int64_t m = with_norm ? 24 : 12, k = with_norm ? 1280 : 5120, n = with_norm ? 5120 : 1280;
+    const Buffer x_dev = upload_vector(encode(e, uniform_values(m * k, 3)));
+    const Buffer w_dev = upload_vector(encode(e, uniform_values(n * k, 4, -0.1f, 0.1f)));
+    const Buffer gamma_dev = upload_vector(encode(e, uniform_values(k, 5, 0.5f, 1.5f)));
+    const Buffer beta_dev = upload_vector(encode(e, uniform_values(k, 6)));
+    const std::vector<uint8_t> start = encode(e, uniform_values(m * n, 7));
+    Buffer y_dev = upload_vector(start);
+    const DecodeNorm norm{gamma_dev.data(), beta_dev.data(), 1e-5f};
+    SkinnyProduct product = skinny_product(x_dev.data(), m, k, w_dev.data(), n, y_dev.data());
+    product.act = with_norm ? Activation::gelu : Activation::none;
+    product.residual = with_norm ? nullptr : y_dev.data();
+    product.norm = with_norm ? &norm : nullptr;
+    const auto run = [&](const char* stages) {
+      const hark::testing::ScopedEnv ring("HARK_CUDA_SKINNY_STAGES", stages);
+      upload(start.data(), start.size(), y_dev.data(), nullptr);
+      return run_skinny(e, product, y_dev);
+    };
+    const std::vector<uint8_t> deepest = run("8");
+    for (const char* stages : {"2", "3", "5"}) {
+      EXPECT_EQ(run(stages), deepest) << stages << " stages";
     }
   }
 }
@@ -295,18 +411,45 @@ TEST(SkinnyLinearCuda, RefusesWhatItCannotRun) {
   if (!on_hopper()) GTEST_SKIP() << "not a compute capability 9.0 GPU: " << describe();
   Buffer any(4096);
   void* p = any.data();
-  EXPECT_TRUE(skinny_linear_runs(Element::f16, 32, 64, 64, p, p, p, p, p));
-  EXPECT_FALSE(skinny_linear_runs(Element::f32, 16, 64, 64, p, p, nullptr, nullptr, p));
-  EXPECT_FALSE(skinny_linear_runs(Element::f16, 33, 64, 64, p, p, nullptr, nullptr, p));
-  EXPECT_FALSE(skinny_linear_runs(Element::f16, 0, 64, 64, p, p, nullptr, nullptr, p));
-  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 96, 64, p, p, nullptr, nullptr, p));
-  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 64, 96, p, p, nullptr, nullptr, p));
+  const auto shape = [&](int64_t m, int64_t k, int64_t n) {
+    return skinny_product(p, m, k, p, n, p);
+  };
+  SkinnyProduct every = shape(32, 64, 64);
+  every.bias = every.residual = p;
+  EXPECT_TRUE(skinny_linear_runs(Element::f16, every));
+  EXPECT_FALSE(skinny_linear_runs(Element::f32, shape(16, 64, 64)));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, shape(33, 64, 64)));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, shape(0, 64, 64)));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, shape(16, 96, 64)));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, shape(16, 64, 96)));
   const auto* odd = static_cast<const uint8_t*>(p) + 2;
-  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 64, 64, p, p, odd, nullptr, p));
-  EXPECT_FALSE(skinny_linear_runs(Element::f16, 16, 64, 64, p, p, nullptr, odd, p));
-  EXPECT_THROW(
-      skinny_linear(Element::f16, p, 33, 64, p, 64, nullptr, Activation::none, nullptr, p, nullptr),
-      std::exception);
+  SkinnyProduct odd_bias = shape(16, 64, 64), odd_residual = shape(16, 64, 64);
+  odd_bias.bias = odd;
+  odd_residual.residual = odd;
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, odd_bias));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, odd_residual));
+  EXPECT_THROW(skinny_linear(Element::f16, shape(33, 64, 64), nullptr), std::exception);
+  // The norm: γ and β aligned too, and a CTA's share of x within its shared memory (one column
+  // tile of depth 32,768: 8 shares of 4,096, 128 KB of x each at 16 rows).
+  const DecodeNorm norm{p, p, 1e-5f}, odd_norm{p, odd, 1e-5f};
+  SkinnyProduct normed = shape(16, 1280, 1280), odd_normed = normed, deep = shape(16, 32768, 64);
+  normed.norm = deep.norm = &norm;
+  odd_normed.norm = &odd_norm;
+  EXPECT_TRUE(skinny_linear_runs(Element::f16, normed));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, odd_normed));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, deep));
+  // The scatter: n three parts of its width, and no residual.
+  const KvScatter scatter{p, p, 64 * 8, static_cast<const int32_t*>(p), 64};
+  SkinnyProduct scattered = shape(4, 64, 192), uneven = shape(4, 64, 128);
+  scattered.scatter = uneven.scatter = &scatter;
+  EXPECT_TRUE(skinny_linear_runs(Element::f16, scattered));
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, uneven));
+  scattered.residual = p;
+  EXPECT_FALSE(skinny_linear_runs(Element::f16, scattered));
+  {
+    const hark::testing::ScopedEnv ring("HARK_CUDA_SKINNY_STAGES", "9");
+    EXPECT_THROW(skinny_linear(Element::f16, shape(16, 64, 64), nullptr), std::exception);
+  }
 }
 
 }  // namespace

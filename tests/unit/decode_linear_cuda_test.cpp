@@ -27,6 +27,7 @@
 #include "compute/cuda/cuda.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/kernels.h"
+#include "compute/cuda/skinny_linear_sm90.h"
 #include "support/cuda_elements.h"
 
 namespace hark::compute::cuda {
@@ -208,22 +209,9 @@ Reference reference(const Problem& p) {
   std::vector<double> h(p.x.values.begin(), p.x.values.end());
   std::vector<double> largest_h(batch, 0.0);
   if (c.norm) {
-    std::vector<float> rounded_h(h.size());
-    for (int64_t b = 0; b < batch; ++b) {
-      const float* row = p.x.values.data() + b * k_in;
-      double mean = 0, variance = 0;
-      for (int64_t k = 0; k < k_in; ++k) mean += row[k];
-      mean /= static_cast<double>(k_in);
-      for (int64_t k = 0; k < k_in; ++k) variance += (row[k] - mean) * (row[k] - mean);
-      variance /= static_cast<double>(k_in);
-      const double scale = 1.0 / std::sqrt(variance + kEps);
-      for (int64_t k = 0; k < k_in; ++k) {
-        h[b * k_in + k] = (row[k] - mean) * scale * p.gamma.values[k] + p.beta.values[k];
-        rounded_h[b * k_in + k] = static_cast<float>(h[b * k_in + k]);
-      }
-    }
+    h = layer_norm_reference(p.x.values, p.gamma.values, p.beta.values, kEps, batch, k_in);
     if (e != Element::f32) {
-      rounded_h = rounded(e, rounded_h);
+      const std::vector<float> rounded_h = rounded(e, std::vector<float>(h.begin(), h.end()));
       h.assign(rounded_h.begin(), rounded_h.end());
     }
   }
@@ -400,6 +388,60 @@ TEST(DecodeLinearCuda, ScattersKeysAndValues) {
   };
   for (Element e : kElements) {
     for (const Case& c : cases) check_case(e, c);
+  }
+}
+
+// The same layers through skinny_linear (skinny_linear_sm90.h), which the fused step takes
+// instead with HARK_CUDA_SKINNY_STEP=1: the norm, bias, GELU, residual (separate and in place)
+// and the K/V scatter, up to its 32 rows, on a compute capability 9.0 GPU (16-bit elements,
+// depths and widths multiples of 64), with 16-bit and Q8_0 weights (HARK_CUDA_SKINNY_Q8_0=1).
+// Its GELU is the products' fitted form, within 2.6e-5 of the erf form: inside the
+// accumulation's slack.
+TEST(DecodeLinearCuda, SkinnyLinearTakesTheStepsLayers) {
+  if (!hark::compute::cuda::available())
+    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
+  SkinnyProduct probe;
+  probe.m = 1;
+  probe.k = probe.n = 64;
+  if (!skinny_linear_runs(Element::f16, probe)) {
+    GTEST_SKIP() << "not a compute capability 9.0 GPU: " << hark::compute::cuda::describe();
+  }
+  const Residual none = Residual::none, separate = Residual::separate, y = Residual::in_place;
+  // {batch, k_in, n_out, norm, bias, gelu, residual, width}
+  const Case cases[] = {
+      {1, 1280, 3 * 1280, true, true, false, none, 1280},  // Q, K and V with the scatter
+      {8, 1280, 1280, true, true, false, none},            // cross-attention query
+      {5, 1280, 5120, true, true, true, none},             // fc1
+      {8, 5120, 1280, false, true, false, y},              // fc2
+      {3, 1280, 1280, false, true, false, separate},       //
+      {16, 64, 3 * 64, true, true, false, none, 64},       //
+      {20, 256, 3 * 128, true, false, false, none, 128},   // the 32-column form
+      {32, 1280, 5120, true, true, true, none},            //
+  };
+  for (const Element e : {Element::f16, Element::bf16}) {
+    for (const bool q8_0 : {false, true}) {
+      for (const Case& c : cases) {
+        SCOPED_TRACE(describe(e, c, q8_0));
+        const Problem p = make_problem(e, c, q8_0);
+        const DecodeNorm norm{p.gamma.data(), p.beta.data(), kEps};
+        const KvScatter scatter{p.k_cache.data(), p.v_cache.data(), p.cache_batch_stride,
+                                p.positions.as<int32_t>(), c.scatter_width};
+        SkinnyProduct product;
+        product.x = p.x.data();
+        product.m = c.batch;
+        product.k = c.k_in;
+        product.w = {p.w.data(), q8_0};
+        product.n = c.n_out;
+        product.bias = c.bias ? p.bias.data() : nullptr;
+        product.act = c.gelu ? Activation::gelu : Activation::none;
+        product.residual = c.residual != Residual::none ? p.residual.data() : nullptr;
+        product.y = p.out();
+        product.norm = c.norm ? &norm : nullptr;
+        product.scatter = c.scatter_width > 0 ? &scatter : nullptr;
+        skinny_linear(e, product, nullptr);
+        check_outputs(p, {spread_positions(c.batch, p.capacity == 0 ? 1 : p.capacity, 0)});
+      }
+    }
   }
 }
 

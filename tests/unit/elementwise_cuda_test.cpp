@@ -97,26 +97,6 @@ void expect_equal(const std::vector<float>& got, const std::vector<float>& want,
 
 // ---- layer_norm -------------------------------------------------------------------------------
 
-std::vector<double> layer_norm_reference(const std::vector<float>& x,
-                                         const std::vector<float>& gamma,
-                                         const std::vector<float>& beta, float eps, int64_t rows,
-                                         int64_t cols) {
-  std::vector<double> y(x.size());
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* row = x.data() + r * cols;
-    double mean = 0, variance = 0;
-    for (int64_t c = 0; c < cols; ++c) mean += row[c];
-    mean /= static_cast<double>(cols);
-    for (int64_t c = 0; c < cols; ++c) variance += (row[c] - mean) * (row[c] - mean);
-    variance /= static_cast<double>(cols);
-    const double scale = 1.0 / std::sqrt(variance + eps);
-    for (int64_t c = 0; c < cols; ++c) {
-      y[r * cols + c] = (row[c] - mean) * scale * gamma[c] + beta[c];
-    }
-  }
-  return y;
-}
-
 TEST(ElementwiseCuda, LayerNormMatchesCpu) {
   if (!hark::compute::cuda::available())
     GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();

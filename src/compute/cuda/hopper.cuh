@@ -107,6 +107,17 @@ __device__ __forceinline__ void warpgroup_sync(int id) {
   asm volatile("bar.sync %0, 128;" ::"r"(id) : "memory");
 }
 
+// The two halves of a barrier over every thread of a thread-block cluster, for threads that have
+// work to do between them: each arrives (releasing its writes to shared memory), and once all
+// have, the waits return (acquiring the others' writes). Every thread arrives once, then waits
+// once, before it arrives again; a warp executes each half together.
+__device__ __forceinline__ void cluster_arrive() {
+  asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() {
+  asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+
 // ---- wgmma ----
 
 // The shared-memory operand descriptor of a tile in the 128-byte swizzle (rows of 128 bytes,
@@ -300,11 +311,11 @@ inline PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
 
 // A tensor of `type` values with `rank` dimensions (sizes[0] the contiguous one; strides[i] in
 // bytes from index i + 1 of dimension i + 1 to the next, multiples of 16), copied in boxes of
-// box[] values whose rows are 128 bytes (box[0] = 64 16-bit values or 128 bytes), in the 128-byte
-// swizzle. Loads read what lies past the tensor's end as zeros; stores leave it alone.
-inline CUtensorMap swizzled_map(CUtensorMapDataType type, const void* base, int rank,
-                                const uint64_t* sizes, const uint64_t* strides,
-                                const uint32_t* box) {
+// box[] values (box[0] · the value's size a multiple of 16 bytes), in the given swizzle. Loads
+// read what lies past the tensor's end as zeros; stores leave it alone.
+inline CUtensorMap tensor_map(CUtensorMapDataType type, const void* base, int rank,
+                              const uint64_t* sizes, const uint64_t* strides, const uint32_t* box,
+                              CUtensorMapSwizzle swizzle) {
   CUtensorMap map{};
   cuuint64_t size[3]{}, stride[2]{};
   cuuint32_t box_size[3]{}, element_stride[3]{};
@@ -314,12 +325,20 @@ inline CUtensorMap swizzled_map(CUtensorMapDataType type, const void* base, int 
     element_stride[i] = 1;
     if (i + 1 < rank) stride[i] = strides[i];
   }
-  const CUresult status = tensor_map_encoder()(
-      &map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), size, stride, box_size,
-      element_stride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult status =
+      tensor_map_encoder()(&map, type, static_cast<cuuint32_t>(rank), const_cast<void*>(base), size,
+                           stride, box_size, element_stride, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                           CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) fail("CUDA: cuTensorMapEncodeTiled failed (", status, ")");
   return map;
+}
+
+// The same in the 128-byte swizzle, whose rows are the box's rows of 128 bytes (box[0] = 64
+// 16-bit values or 128 bytes): the operand tiles of wgmma.
+inline CUtensorMap swizzled_map(CUtensorMapDataType type, const void* base, int rank,
+                                const uint64_t* sizes, const uint64_t* strides,
+                                const uint32_t* box) {
+  return tensor_map(type, base, rank, sizes, strides, box, CU_TENSOR_MAP_SWIZZLE_128B);
 }
 
 // The same for 16-bit elements of type e.
@@ -339,6 +358,17 @@ inline CUtensorMap row_major_map(Element e, const void* matrix, int64_t rows, in
   const uint64_t strides[1] = {static_cast<uint64_t>(cols) * 2};
   const uint32_t box[2] = {64, static_cast<uint32_t>(box_rows)};
   return swizzled_map(e, matrix, 2, sizes, strides, box);
+}
+
+// A row-major [rows, cols] matrix of bytes in boxes of box_rows × box_cols (a multiple of 16),
+// unswizzled: each box lands as its rows one after another, for a kernel that reads it itself.
+inline CUtensorMap byte_matrix_map(const void* matrix, int64_t rows, int64_t cols, int box_rows,
+                                   int box_cols) {
+  const uint64_t sizes[2] = {static_cast<uint64_t>(cols), static_cast<uint64_t>(rows)};
+  const uint64_t strides[1] = {static_cast<uint64_t>(cols)};
+  const uint32_t box[2] = {static_cast<uint32_t>(box_cols), static_cast<uint32_t>(box_rows)};
+  return tensor_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, matrix, 2, sizes, strides, box,
+                    CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 // Whether the current device has compute capability 9.0, the only one sm_90a code runs on; asked

@@ -124,6 +124,12 @@ class Pass {
   // (gemm_sm90.h) for products of many rows, otherwise the product, then the activation in
   // place. HARK_CUDA_SM90_GEMM=0 keeps the second way everywhere.
   void activation_linear(const void* x, int64_t m, const Linear& layer, Activation act, void* y);
+  // y = act(norm(x) · Wᵀ + bias), x [m, in_features]: with HARK_CUDA_SKINNY_NORM=1, one
+  // skinny_linear launch with the norm in it where that kernel takes the product (its form with
+  // the norm has not been timed yet: bench/RESULTS.md, twenty-ninth session); otherwise
+  // layer_norm into `normed` [m, in_features], then linear (act none) or activation_linear.
+  void norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
+                   Activation act, void* normed, void* y);
   // q and scales = quantize_int8 (kernels.h) of x · Wᵀ + bias in groups of `group` columns, in
   // group_major_strides(out_features, group, block_rows). On Hopper, groups of 64 take one
   // product that quantises in its epilogue (gemm_sm90.h: quantized_linear; off with
@@ -134,7 +140,10 @@ class Pass {
                         int64_t block_rows, int8_t* q, float* scales, Buffer& scratch);
   // One linear layer of a decode step (m ≤ 16 rows) in one launch (decode_linear): y =
   // [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with `scatter` the layer's output
-  // split into y and the K/V caches. Null norm, residual, scatter: absent.
+  // split into y and the K/V caches. Null norm, residual, scatter: absent. With
+  // HARK_CUDA_SKINNY_STEP=1, skinny_linear takes the layer where it runs instead (its GELU the
+  // fitted form of the products' epilogues; Q8_0 weights only with HARK_CUDA_SKINNY_Q8_0=1);
+  // that form has not been timed yet (bench/RESULTS.md, twenty-ninth session).
   void step_linear(const void* x, int64_t m, const Linear& layer, void* y,
                    const LayerNorm* norm = nullptr, bool gelu = false,
                    const void* residual = nullptr, const KvScatter* scatter = nullptr);
@@ -180,10 +189,10 @@ class Pass {
   }
 
  private:
-  // Runs y = act(x · Wᵀ + bias) + residual as skinny_linear (skinny_linear_sm90.h) where it takes
-  // the product (null residual: none); false where it does not, having done nothing.
+  // Runs y = act(norm(x) · Wᵀ + bias) + residual as skinny_linear (skinny_linear_sm90.h) where it
+  // takes the product (null norm, residual: none); false where it does not, having done nothing.
   bool skinny(const void* x, int64_t m, const Linear& layer, Activation act, const void* residual,
-              void* y);
+              void* y, const DecodeNorm* norm = nullptr, const KvScatter* scatter = nullptr);
   const void* expanded(const Matrix& w);
 
   Element element_;

@@ -39,21 +39,47 @@ bool reads_q8_0_directly(const Matrix& w, int64_t m, const void* x) {
   return w.q8_0 && m <= kMaxStepRows && aligned16(x);
 }
 
-// HARK_CUDA_SM90_GEMM=0 turns the Hopper kernel off (to compare with cuBLASLt's products), read
-// at every product so that a test can compare both ways in one process.
+// Whether the environment variable `name` is `value`. The switches below are read at every
+// product, so that a test can compare both ways in one process.
+bool set_to(const char* name, const char* value) {
+  const char* setting = std::getenv(name);
+  return setting != nullptr && std::string(setting) == value;
+}
+
+// HARK_CUDA_SM90_GEMM=0 turns the Hopper kernels off (to compare with cuBLASLt's products).
 bool sm90_gemm_enabled() {
-  const char* value = std::getenv("HARK_CUDA_SM90_GEMM");
-  return value == nullptr || std::string(value) != "0";
+  return !set_to("HARK_CUDA_SM90_GEMM", "0");
+}
+
+// HARK_CUDA_SKINNY_Q8_0=1 lets skinny_linear read Q8_0 weights' quants itself (expanding each
+// stage in shared memory) instead of taking them expanded to the element type by a kernel of
+// their own; with HARK_CUDA_SKINNY_STEP=1 the fused step's Q8_0 layers take it too. Off by
+// default until measured.
+bool skinny_q8_0_enabled() {
+  return set_to("HARK_CUDA_SKINNY_Q8_0", "1");
 }
 
 // Whether a product of m rows takes skinny_linear (a batched decode step's products, with their
 // bias, activation and residual): up to kSkinnyMaxRows rows, unless a Q8_0 product reads its
-// quants directly. HARK_CUDA_SKINNY_LINEAR=0 (or HARK_CUDA_SM90_GEMM=0) leaves them to cuBLASLt,
-// to compare; read at every product, as above.
+// quants through decode_linear (up to 16 rows, unless skinny_linear reads them itself).
+// HARK_CUDA_SKINNY_LINEAR=0 (or HARK_CUDA_SM90_GEMM=0) leaves them to cuBLASLt, to compare.
 bool takes_skinny_linear(const Matrix& w, int64_t m, const void* x) {
-  if (m > kSkinnyMaxRows || reads_q8_0_directly(w, m, x) || !sm90_gemm_enabled()) return false;
-  const char* value = std::getenv("HARK_CUDA_SKINNY_LINEAR");
-  return value == nullptr || std::string(value) != "0";
+  return m <= kSkinnyMaxRows && (!reads_q8_0_directly(w, m, x) || skinny_q8_0_enabled()) &&
+         sm90_gemm_enabled() && !set_to("HARK_CUDA_SKINNY_LINEAR", "0");
+}
+
+// HARK_CUDA_SKINNY_NORM=1 lets skinny_linear apply the layer norm before its product
+// (Pass::norm_linear). Off by default until measured.
+bool skinny_norm_enabled() {
+  return set_to("HARK_CUDA_SKINNY_NORM", "1");
+}
+
+// HARK_CUDA_SKINNY_STEP=1 runs the fused step's layers (Pass::step_linear, up to 8 sequences;
+// 16 with Q8_0 weights) through skinny_linear, with their norms and K/V scatter, instead of
+// decode_linear: 16-bit weights, and Q8_0 ones with HARK_CUDA_SKINNY_Q8_0=1. Off by default
+// until measured.
+bool skinny_step_enabled() {
+  return set_to("HARK_CUDA_SKINNY_STEP", "1");
 }
 
 // `count` F32 values as `element` bytes, appended to `out`.
@@ -306,18 +332,39 @@ void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const 
 }
 
 bool Pass::skinny(const void* x, int64_t m, const Linear& layer, Activation act,
-                  const void* residual, void* y) {
+                  const void* residual, void* y, const DecodeNorm* norm, const KvScatter* scatter) {
   const Matrix& w = layer.weight;
   if (!takes_skinny_linear(w, m, x)) return false;
-  const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
-  // (Expanded Q8_0 weights are a buffer of their own, aligned as any: expanded only if it runs.)
-  if (!skinny_linear_runs(element_, m, w.cols, w.rows, x, w.q8_0 ? nullptr : w.data.data(), bias,
-                          residual, y)) {
-    return false;
-  }
-  const void* weights = w.q8_0 ? expanded(w) : w.data.data();
-  skinny_linear(element_, x, m, w.cols, weights, w.rows, bias, act, residual, y, stream_);
+  // Q8_0 weights: their quants read directly with HARK_CUDA_SKINNY_Q8_0=1, else expanded to the
+  // element type first (a buffer of its own, aligned as any: expanded only if the kernel runs).
+  const bool direct = w.q8_0 && skinny_q8_0_enabled();
+  SkinnyProduct product;
+  product.x = x;
+  product.m = m;
+  product.k = w.cols;
+  product.w = {w.q8_0 && !direct ? nullptr : w.data.data(), direct};
+  product.n = w.rows;
+  product.bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
+  product.act = act;
+  product.residual = residual;
+  product.y = y;
+  product.norm = norm;
+  product.scatter = scatter;
+  if (!skinny_linear_runs(element_, product)) return false;
+  if (w.q8_0 && !direct) product.w.data = expanded(w);
+  skinny_linear(element_, product, stream_);
   return true;
+}
+
+void Pass::norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
+                       Activation act, void* normed, void* y) {
+  if (skinny_norm_enabled()) {
+    const DecodeNorm fused{norm.gamma.data(), norm.beta.data(), norm.eps};
+    if (skinny(x, m, layer, act, nullptr, y, &fused)) return;
+  }
+  layer_norm(x, m, norm, layer.in_features(), normed);
+  if (act == Activation::none) return linear(normed, m, layer, y);
+  activation_linear(normed, m, layer, act, y);
 }
 
 void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Activation act,
@@ -382,9 +429,15 @@ void Pass::step_linear(const void* x, int64_t m, const Linear& layer, void* y,
   if (m > INT32_MAX) fail("step_linear: ", m, " rows are too many for a decode step");
   DecodeNorm decode_norm;
   if (norm != nullptr) decode_norm = DecodeNorm{norm->gamma.data(), norm->beta.data(), norm->eps};
+  const DecodeNorm* fused_norm = norm != nullptr ? &decode_norm : nullptr;
+  if (skinny_step_enabled() && (!w.q8_0 || skinny_q8_0_enabled()) &&
+      skinny(x, m, layer, gelu ? Activation::gelu : Activation::none, residual, y, fused_norm,
+             scatter)) {
+    return;
+  }
   const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
-  decode_linear(element_, x, static_cast<int>(m), w.cols, norm != nullptr ? &decode_norm : nullptr,
-                {w.data.data(), w.q8_0}, w.rows, bias, gelu, residual, y, scatter, stream_);
+  decode_linear(element_, x, static_cast<int>(m), w.cols, fused_norm, {w.data.data(), w.q8_0},
+                w.rows, bias, gelu, residual, y, scatter, stream_);
 }
 
 void Pass::linear_f32_out(const void* x, int64_t m, const Matrix& w, float* y) {

@@ -21,19 +21,37 @@ namespace hark::compute::cuda {
 // lost to cuBLASLt's products (bench/RESULTS.md, twenty-eighth session).
 constexpr int64_t kSkinnyMaxRows = 32;
 
-// Whether skinny_linear runs these operands: a GPU of compute capability 9.0, 16-bit elements,
-// 1 ≤ m ≤ kSkinnyMaxRows, n and k multiples of 64, every pointer 16-byte aligned (bias and
-// residual may be null).
-bool skinny_linear_runs(Element e, int64_t m, int64_t k, int64_t n, const void* x, const void* w,
-                        const void* bias, const void* residual, const void* y);
+// A product for skinny_linear: y[m, n] = act(norm(x)[m, k] · w[n, k]ᵀ + bias[n]) + residual[m, n]
+// (norm, bias, residual null: none), row-major and dense, every value of the element type; w in
+// the element type, or Q8_0 in the device layout (kernels.h), each value d · q rounded once to
+// the element type as dequantize_q8_0 rounds it. With a K/V scatter (decode_linear's, kernels.h)
+// the outputs go to y [m, width] and the caches instead. residual may be y; y must not overlap x
+// or w.
+struct SkinnyProduct {
+  const void* x = nullptr;
+  int64_t m = 0, k = 0;
+  DecodeWeights w;
+  int64_t n = 0;
+  const void* bias = nullptr;
+  Activation act = Activation::none;
+  const void* residual = nullptr;
+  void* y = nullptr;
+  const DecodeNorm* norm = nullptr;
+  const KvScatter* scatter = nullptr;
+};
 
-// y[m, n] = act(x[m, k] · w[n, k]ᵀ + bias[n]) + residual[m, n] (bias, residual null: none), row-
-// major and dense, every value of element type e; F32 accumulation, one rounding to e. residual
-// may be y; y must not overlap x or w. Launched as a programmatic dependent of the kernel before
-// it: its first weights are requested before that kernel's results are waited for. Fails for
-// what skinny_linear_runs refuses.
-void skinny_linear(Element e, const void* x, int64_t m, int64_t k, const void* w, int64_t n,
-                   const void* bias, Activation act, const void* residual, void* y,
-                   cudaStream_t stream);
+// Whether skinny_linear runs the product: a GPU of compute capability 9.0, 16-bit elements,
+// 1 ≤ m ≤ kSkinnyMaxRows, n and k multiples of 64, every pointer 16-byte aligned (bias and
+// residual may be null), and a CTA's share of the depth small enough for its shared memory
+// (with a norm, x's share sits there whole: a few thousand values deep, which Whisper's norms
+// all are); with a K/V scatter, n = 3 · its width (a multiple of 8), aligned caches and no
+// residual.
+bool skinny_linear_runs(Element e, const SkinnyProduct& product);
+
+// Runs the product, F32 accumulation and one rounding to the element type (and, with the norm,
+// one of the normalised x, as layer_norm rounds its output). Launched as a programmatic
+// dependent of the kernel before it: its first weights are requested before that kernel's
+// results are waited for. Fails for what skinny_linear_runs refuses.
+void skinny_linear(Element e, const SkinnyProduct& product, cudaStream_t stream);
 
 }  // namespace hark::compute::cuda

@@ -368,24 +368,23 @@ namespace {
 template <class SelfAttend, class CrossAttend>
 void decoder_blocks(gpu::Pass& pass, const Config& config, const Weights& w, int64_t rows,
                     DecoderBuffers& s, SelfAttend self_attend, CrossAttend cross_attend) {
-  const int64_t d = config.d_model;
   for (int l = 0; l < config.decoder_layers; ++l) {
     const DecoderLayer& layer = w.decoder_layers[l];
     pass.mark("decoder self-attention");
-    pass.layer_norm(s.x.data(), rows, layer.self_norm, d, s.h.data());
-    pass.linear(s.h.data(), rows, layer.qkv, s.qkv.data());
+    pass.norm_linear(s.x.data(), rows, layer.self_norm, layer.qkv, gpu::Activation::none,
+                     s.h.data(), s.qkv.data());
     self_attend(l, s.qkv.data());
     pass.linear(s.context.data(), rows, layer.self_out, s.x.data(), s.x.data());
 
     pass.mark("decoder cross-attention");
-    pass.layer_norm(s.x.data(), rows, layer.cross_norm, d, s.h.data());
-    pass.linear(s.h.data(), rows, layer.cross_q, s.q.data());
+    pass.norm_linear(s.x.data(), rows, layer.cross_norm, layer.cross_q, gpu::Activation::none,
+                     s.h.data(), s.q.data());
     cross_attend(l, s.q.data());
     pass.linear(s.context.data(), rows, layer.cross_out, s.x.data(), s.x.data());
 
     pass.mark("decoder feed-forward");
-    pass.layer_norm(s.x.data(), rows, layer.ffn_norm, d, s.h.data());
-    pass.activation_linear(s.h.data(), rows, layer.fc1, gpu::Activation::gelu, s.hidden.data());
+    pass.norm_linear(s.x.data(), rows, layer.ffn_norm, layer.fc1, gpu::Activation::gelu, s.h.data(),
+                     s.hidden.data());
     pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
   }
 }
