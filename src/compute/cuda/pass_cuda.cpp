@@ -430,9 +430,9 @@ void Pass::step_linear(const void* x, int64_t m, const Linear& layer, void* y,
   DecodeNorm decode_norm;
   if (norm != nullptr) decode_norm = DecodeNorm{norm->gamma.data(), norm->beta.data(), norm->eps};
   const DecodeNorm* fused_norm = norm != nullptr ? &decode_norm : nullptr;
-  if (skinny_step_enabled() && (!w.q8_0 || skinny_q8_0_enabled()) &&
-      skinny(x, m, layer, gelu ? Activation::gelu : Activation::none, residual, y, fused_norm,
-             scatter)) {
+  // (Q8_0 layers take it only with HARK_CUDA_SKINNY_Q8_0=1: takes_skinny_linear.)
+  if (skinny_step_enabled() && skinny(x, m, layer, gelu ? Activation::gelu : Activation::none,
+                                      residual, y, fused_norm, scatter)) {
     return;
   }
   const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;

@@ -555,19 +555,13 @@ Layout<F> layout_for(int64_t k, int splits) {
   return layout;
 }
 
-// A Form as a value, for with_form's callers.
-template <class F>
-struct FormTag {
-  using type = F;
-};
-
-// Calls `f` with the FormTag of a product's Form.
+// Calls `f` with the Form of a product (an empty struct: its type is what counts).
 template <class Fn>
 void with_form(const SkinnyProduct& product, Fn&& f) {
   const auto with_rows = [&](auto norm, auto q8) {
     constexpr bool kNorm = decltype(norm)::value, kQ8 = decltype(q8)::value;
-    if (product.m <= 16) return f(FormTag<Form<16, kNorm, kQ8>>{});
-    f(FormTag<Form<32, kNorm, kQ8>>{});
+    if (product.m <= 16) return f(Form<16, kNorm, kQ8>{});
+    f(Form<32, kNorm, kQ8>{});
   };
   static_assert(kSkinnyMaxRows == 32, "a form for every row count up to kSkinnyMaxRows");
   const auto with_q8 = [&](auto norm) {
@@ -578,15 +572,59 @@ void with_form(const SkinnyProduct& product, Fn&& f) {
   with_q8(std::false_type{});
 }
 
+// A launch's cluster size (the depth's shares) and a CTA's shared memory.
+template <class F>
+struct Plan {
+  int splits = 0;
+  Layout<F> layout;  // stages = 0: the product does not fit
+};
+
+template <class F>
+Plan<F> plan_for(const SkinnyProduct& product) {
+  Plan<F> plan;
+  plan.splits = splits_for(product.n / kOutputs, product.k / kTileDepth, F::kRows);
+  plan.layout = layout_for<F>(product.k, plan.splits);
+  return plan;
+}
+
 // Whether the shared memory of a CTA holds the product's stages and shares.
 bool fits(const SkinnyProduct& product) {
   bool fitting = false;
-  with_form(product, [&](auto form) {
-    using F = typename decltype(form)::type;
-    const int splits = splits_for(product.n / kOutputs, product.k / kTileDepth, F::kRows);
-    fitting = layout_for<F>(product.k, splits).stages > 0;
-  });
+  with_form(product,
+            [&](auto form) { fitting = plan_for<decltype(form)>(product).layout.stages > 0; });
   return fitting;
+}
+
+// Whether the product's shapes, pointers, norm and scatter are ones the kernel takes (its
+// shared memory aside: fits).
+bool takes_operands(Element e, const SkinnyProduct& p) {
+  const bool shape = present() && e != Element::f32 && p.m >= 1 && p.m <= kSkinnyMaxRows &&
+                     p.n % kOutputs == 0 && p.n >= kOutputs && p.n / kOutputs <= 65535 &&
+                     p.k % kTileDepth == 0 && p.k >= kTileDepth && p.k <= INT32_MAX &&
+                     aligned(p.x, 16) && aligned(p.w.data, 16) && aligned(p.y, 16) &&
+                     (p.bias == nullptr || aligned(p.bias, 16)) &&
+                     (p.residual == nullptr || aligned(p.residual, 16));
+  if (!shape) return false;
+  // The scatter's parts take whole 16-byte groups of outputs; it writes y's own part, so no
+  // residual.
+  const KvScatter* scatter = p.scatter;
+  if (scatter != nullptr &&
+      (p.residual != nullptr || scatter->width <= 0 || scatter->width % 8 != 0 ||
+       p.n != 3 * scatter->width || scatter->positions == nullptr ||
+       !aligned(scatter->k_cache, 16) || !aligned(scatter->v_cache, 16) ||
+       scatter->cache_batch_stride % 8 != 0)) {
+    return false;
+  }
+  return p.norm == nullptr || (aligned(p.norm->gamma, 16) && aligned(p.norm->beta, 16));
+}
+
+[[noreturn]] void refuse(const SkinnyProduct& product) {
+  fail("skinny_linear: a ", product.m, " x ", product.n, " x ", product.k,
+       product.w.q8_0 ? " Q8_0" : "", product.norm != nullptr ? " normed" : "",
+       product.scatter != nullptr ? " scattered" : "",
+       " product it cannot run (needs compute capability 9.0, 16-bit elements, 1 to ",
+       kSkinnyMaxRows, " rows, n and k multiples of 64, 16-byte alignment, shares that fit in",
+       " shared memory; with the scatter, n three parts of a multiple of 8 and no residual)");
 }
 
 template <class T, class F, Activation kAct>
@@ -595,10 +633,10 @@ void launch(Element e, const SkinnyProduct& c, cudaStream_t stream) {
   static const bool configured =
       (allow_shared_memory(kernel, kSharedBudget + 1024, "skinny_linear shared memory"), true);
   (void)configured;
-  const int64_t tiles = c.n / kOutputs;
-  const int splits = splits_for(tiles, c.k / kTileDepth, F::kRows);
+  const Plan<F> plan = plan_for<F>(c);
+  if (plan.layout.stages == 0) refuse(c);
   Operands<T, F> p;
-  p.layout = layout_for<F>(c.k, splits);
+  p.layout = plan.layout;
   p.bias = static_cast<const T*>(c.bias);
   p.residual = static_cast<const T*>(c.residual);
   p.y = static_cast<T*>(c.y);
@@ -624,52 +662,25 @@ void launch(Element e, const SkinnyProduct& c, cudaStream_t stream) {
   const CUtensorMap x_map = row_major_map(e, c.x, c.m, c.k, F::kRows);
   const CUtensorMap w_map = F::kQ8 ? byte_matrix_map(c.w.data, c.n, c.k, kOutputs, kTileDepth)
                                    : row_major_map(e, c.w.data, c.n, c.k, kOutputs);
-  launch_kernel(kernel, dim3(static_cast<unsigned>(splits), static_cast<unsigned>(tiles)),
-                dim3(kThreads), static_cast<size_t>(p.layout.bytes() + 1024),
-                static_cast<unsigned>(splits), /*early_start=*/true, stream, "skinny_linear", x_map,
-                w_map, p);
+  const auto splits = static_cast<unsigned>(plan.splits);
+  launch_kernel(kernel, dim3(splits, static_cast<unsigned>(c.n / kOutputs)), dim3(kThreads),
+                static_cast<size_t>(p.layout.bytes() + 1024), splits, /*early_start=*/true, stream,
+                "skinny_linear", x_map, w_map, p);
 }
 
 }  // namespace
 
-bool skinny_linear_runs(Element e, const SkinnyProduct& p) {
-  const bool shape = present() && e != Element::f32 && p.m >= 1 && p.m <= kSkinnyMaxRows &&
-                     p.n % kOutputs == 0 && p.n >= kOutputs && p.n / kOutputs <= 65535 &&
-                     p.k % kTileDepth == 0 && p.k >= kTileDepth && p.k <= INT32_MAX &&
-                     aligned(p.x, 16) && aligned(p.w.data, 16) && aligned(p.y, 16) &&
-                     (p.bias == nullptr || aligned(p.bias, 16)) &&
-                     (p.residual == nullptr || aligned(p.residual, 16));
-  if (!shape) return false;
-  // The scatter's parts take whole 16-byte groups of outputs; it writes y's own part, so no
-  // residual.
-  const KvScatter* scatter = p.scatter;
-  if (scatter != nullptr &&
-      (p.residual != nullptr || scatter->width <= 0 || scatter->width % 8 != 0 ||
-       p.n != 3 * scatter->width || scatter->positions == nullptr ||
-       !aligned(scatter->k_cache, 16) || !aligned(scatter->v_cache, 16) ||
-       scatter->cache_batch_stride % 8 != 0)) {
-    return false;
-  }
-  if (p.norm != nullptr && (!aligned(p.norm->gamma, 16) || !aligned(p.norm->beta, 16))) {
-    return false;
-  }
-  return fits(p);
+bool skinny_linear_runs(Element e, const SkinnyProduct& product) {
+  return takes_operands(e, product) && fits(product);
 }
 
 void skinny_linear(Element e, const SkinnyProduct& product, cudaStream_t stream) {
-  if (!skinny_linear_runs(e, product)) {
-    fail("skinny_linear: a ", product.m, " x ", product.n, " x ", product.k,
-         product.w.q8_0 ? " Q8_0" : "", product.norm != nullptr ? " normed" : "",
-         product.scatter != nullptr ? " scattered" : "",
-         " product it cannot run (needs compute capability 9.0, 16-bit elements, 1 to ",
-         kSkinnyMaxRows, " rows, n and k multiples of 64, 16-byte alignment, shares that fit in",
-         " shared memory; with the scatter, n three parts of a multiple of 8 and no residual)");
-  }
+  // (Whether it fits, launch asks: its plan is the launch's.)
+  if (!takes_operands(e, product)) refuse(product);
   with_16_bit_type(e, [&](auto type) {
     with_activation(product.act, [&](auto kind) {
       with_form(product, [&](auto form) {
-        launch<decltype(type), typename decltype(form)::type, decltype(kind)::value>(e, product,
-                                                                                     stream);
+        launch<decltype(type), decltype(form), decltype(kind)::value>(e, product, stream);
       });
     });
   });
