@@ -170,7 +170,8 @@ if has experiments; then
   # default in one binary; the default runs first and last, so that the GPU's clocks drifting
   # shows. A run takes about a minute: HARK_EXP_VARIANTS (names separated by spaces) picks some,
   # HARK_EXP_ROUNDS (1) repeats them, HARK_EXP_MODEL (large-v3), HARK_EXP_CROSS_KV (int8) and
-  # HARK_EXP_BATCHES (1,4,8,16,32) change the run.
+  # HARK_EXP_BATCHES (1,4,8,16,32) change the run. At batch 16 and 32, skinny-step against
+  # skinny-norm is the K/V scatter of the Q/K/V product alone (no append_kv).
   echo "== experiments: opt-in forms against the default (step ms by batch)" | tee -a "$summary"
   # name | weights | environment
   variants=(

@@ -43,6 +43,14 @@ Pair load_pair(const std::string& name, DType type) {
   return {Model::load(file, Device::cpu), Model::load(file, Device::cuda)};
 }
 
+// Nine windows of log-mel: the three test windows three times over.
+std::vector<float> nine_windows(int n_mels) {
+  const std::vector<float> three = testing::three_windows(n_mels);
+  std::vector<float> mel;
+  for (int i = 0; i < 3; ++i) mel.insert(mel.end(), three.begin(), three.end());
+  return mel;
+}
+
 class WhisperCudaAgainstCpu : public ::testing::TestWithParam<DType> {};
 
 TEST_P(WhisperCudaAgainstCpu, BatchedEncoderAndLogitsMatchTheCpu) {
@@ -95,6 +103,44 @@ TEST(WhisperCudaSkinnyNorm, LogitsMatchTheCpuWithTheNormsInTheProducts) {
         models.cpu->start(cpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
     EXPECT_LE(relative_error(fused, cpu_logits), 2e-2);
     EXPECT_LE(relative_error(fused, separate), 1e-2);
+  }
+}
+
+// A step of 9 sequences (past the fused step's 8) with HARK_CUDA_SKINNY_STEP=1: skinny_linear's
+// Q/K/V product puts K and V into the caches itself instead of append_kv copying them there
+// from its output. The same sums land in the same places, so every token and log-probability
+// must be the same bits as without it, with the norms as kernels of their own and inside the
+// products (HARK_CUDA_SKINNY_NORM=1). (Where skinny_linear does not run, on a GPU other than
+// compute capability 9.0, both runs take the same path.)
+TEST(WhisperCudaSkinnyStep, KeysAndValuesScatteredByTheProductDecodeAsAppendedOnes) {
+  if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
+  const Pair models = load_pair("tiny-random-large-v3", DType::F16);
+  const Config& config = models.cpu->config();
+  const Vocabulary& vocabulary = models.cpu->vocabulary();
+  const std::vector<float> mel = nine_windows(config.n_mels);
+  constexpr int kWindows = 9;
+  const auto windows = models.cuda->encode_batch(mel, kWindows);
+  const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, {},
+                                    vocabulary.first_language, vocabulary.transcribe, false);
+  std::vector<GreedyJob> jobs;
+  for (int i = 0; i < kWindows; ++i) {
+    jobs.push_back({windows[i], prompt.tokens, prompt.sot_index, 12 + 2 * i});
+  }
+  for (const char* norm : {"0", "1"}) {
+    SCOPED_TRACE(std::string("HARK_CUDA_SKINNY_NORM=") + norm);
+    const testing::ScopedEnv norms("HARK_CUDA_SKINNY_NORM", norm);
+    const testing::ScopedEnv appending("HARK_CUDA_SKINNY_STEP", "0");
+    const std::vector<GreedyOutcome> appended =
+        models.cuda->decode_greedy(jobs, /*timestamps=*/false);
+    const testing::ScopedEnv scattering("HARK_CUDA_SKINNY_STEP", "1");
+    const std::vector<GreedyOutcome> scattered =
+        models.cuda->decode_greedy(jobs, /*timestamps=*/false);
+    ASSERT_EQ(scattered.size(), appended.size());
+    for (int i = 0; i < kWindows; ++i) {
+      SCOPED_TRACE("window " + std::to_string(i));
+      EXPECT_EQ(scattered[i].tokens, appended[i].tokens);
+      EXPECT_EQ(scattered[i].sum_logprob, appended[i].sum_logprob);
+    }
   }
 }
 
@@ -187,9 +233,7 @@ TEST(WhisperCudaBatchedGreedy, WindowsEndingEarlyLeaveTheOthersAsTheyWere) {
   const Pair models = load_pair("tiny-random-large-v3", DType::F32);
   const Config& config = models.cpu->config();
   const Vocabulary& vocabulary = models.cpu->vocabulary();
-  const std::vector<float> three = testing::three_windows(config.n_mels);
-  std::vector<float> mel;
-  for (int i = 0; i < 3; ++i) mel.insert(mel.end(), three.begin(), three.end());
+  const std::vector<float> mel = nine_windows(config.n_mels);
   const std::vector<int> limits = {3, 40, 11, 25, 1, 40, 7, 33, 19};
   const LogitRules rules(vocabulary, config.vocab_size, /*timestamps=*/false);
   const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, {},
@@ -203,7 +247,7 @@ TEST(WhisperCudaBatchedGreedy, WindowsEndingEarlyLeaveTheOthersAsTheyWere) {
   }
   for (const int count : {5, 9}) {
     const auto gpu_windows =
-        models.cuda->encode_batch(std::span(mel).first(three.size() / 3 * count), count);
+        models.cuda->encode_batch(std::span(mel).first(mel.size() / 9 * count), count);
     for (const char* skip : {"1", "0"}) {
       SCOPED_TRACE(std::to_string(count) + " windows, HARK_CUDA_SKIP_FINISHED=" + skip);
       const testing::ScopedEnv skipping("HARK_CUDA_SKIP_FINISHED", skip);

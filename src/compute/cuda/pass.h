@@ -128,8 +128,11 @@ class Pass {
   // skinny_linear launch with the norm in it where that kernel takes the product (its form with
   // the norm has not been timed yet: bench/RESULTS.md, twenty-ninth session); otherwise
   // layer_norm into `normed` [m, in_features], then linear (act none) or activation_linear.
-  void norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
-                   Activation act, void* normed, void* y);
+  // With `scatter` (a step's Q/K/V product, one row a sequence) and HARK_CUDA_SKINNY_STEP=1,
+  // where skinny_linear runs the product, it writes Q to y [m, width] and K and V into the
+  // caches; returns whether it did (otherwise y holds the whole product, as without a scatter).
+  bool norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
+                   Activation act, void* normed, void* y, const KvScatter* scatter = nullptr);
   // q and scales = quantize_int8 (kernels.h) of x · Wᵀ + bias in groups of `group` columns, in
   // group_major_strides(out_features, group, block_rows). On Hopper, groups of 64 take one
   // product that quantises in its epilogue (gemm_sm90.h: quantized_linear; off with

@@ -76,8 +76,9 @@ bool skinny_norm_enabled() {
 
 // HARK_CUDA_SKINNY_STEP=1 runs the fused step's layers (Pass::step_linear, up to 8 sequences;
 // 16 with Q8_0 weights) through skinny_linear, with their norms and K/V scatter, instead of
-// decode_linear: 16-bit weights, and Q8_0 ones with HARK_CUDA_SKINNY_Q8_0=1. Off by default
-// until measured.
+// decode_linear: 16-bit weights, and Q8_0 ones with HARK_CUDA_SKINNY_Q8_0=1. It also lets the
+// Q/K/V product of larger steps (9-32 sequences, Pass::norm_linear with a scatter) put K and V
+// straight into the caches, which saves append_kv's launch. Off by default until measured.
 bool skinny_step_enabled() {
   return set_to("HARK_CUDA_SKINNY_STEP", "1");
 }
@@ -351,20 +352,33 @@ bool Pass::skinny(const void* x, int64_t m, const Linear& layer, Activation act,
   product.norm = norm;
   product.scatter = scatter;
   if (!skinny_linear_runs(element_, product)) return false;
-  if (w.q8_0 && !direct) product.w.data = expanded(w);
+  if (w.q8_0 && !direct) {
+    product.w.data = expanded(w);
+    product.w_written_before = true;
+  }
   skinny_linear(element_, product, stream_);
   return true;
 }
 
-void Pass::norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
-                       Activation act, void* normed, void* y) {
+bool Pass::norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
+                       Activation act, void* normed, void* y, const KvScatter* scatter) {
+  // The scatter only where skinny_linear runs the product, and until measured only with
+  // HARK_CUDA_SKINNY_STEP=1.
+  const KvScatter* scattering = skinny_step_enabled() ? scatter : nullptr;
   if (skinny_norm_enabled()) {
     const DecodeNorm fused{norm.gamma.data(), norm.beta.data(), norm.eps};
-    if (skinny(x, m, layer, act, nullptr, y, &fused)) return;
+    if (skinny(x, m, layer, act, nullptr, y, &fused, scattering)) return scattering != nullptr;
   }
   layer_norm(x, m, norm, layer.in_features(), normed);
-  if (act == Activation::none) return linear(normed, m, layer, y);
-  activation_linear(normed, m, layer, act, y);
+  if (scattering != nullptr && skinny(normed, m, layer, act, nullptr, y, nullptr, scattering)) {
+    return true;
+  }
+  if (act == Activation::none) {
+    linear(normed, m, layer, y);
+  } else {
+    activation_linear(normed, m, layer, act, y);
+  }
+  return false;
 }
 
 void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Activation act,

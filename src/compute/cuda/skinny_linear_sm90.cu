@@ -152,6 +152,7 @@ struct Operands {
   const int32_t* positions = nullptr;
   int width = 0;
   int m = 0, n = 0, k = 0;
+  bool w_written_before = false;  // the kernel before writes w: loaded after the wait
 };
 
 // Where output `column` (one of 8 in a row, a 16-byte group) of row `row` goes: y, or with the
@@ -237,6 +238,7 @@ __device__ __forceinline__ void normalise_share(const Operands<T, F>& p, uint8_t
     share_mean[row] = mean;
     share_squares[row] = squares;
   }
+  __syncwarp();  // the cluster barrier is .aligned: the whole warp executes it together
 
   // Every share's statistics, merged in rank order: the same in every CTA of the cluster.
   cluster_arrive();
@@ -352,7 +354,8 @@ __global__ void __launch_bounds__(kThreads)
   const int col = static_cast<int>(blockIdx.y) * kOutputs;
   const int depth_steps = p.k / kTileDepth;
   const int first = split * depth_steps / splits;
-  // ≥ 1: a share is at least kDepthPerRow × kRows ≥ 2 stages deep (splits_for).
+  // ≥ 1: one share holds the whole depth (at least one step), and more shares are each at
+  // least kDepthPerRow × kRows ≥ 2 steps deep (splits_for).
   const int steps = (split + 1) * depth_steps / splits - first;
   const auto depth_of = [&](int step) { return (first + step) * kTileDepth; };
   const int thread = static_cast<int>(threadIdx.x);
@@ -374,11 +377,13 @@ __global__ void __launch_bounds__(kThreads)
   if (warp == kProducerWarp) {
     const int preloaded = min(steps, stages);
     if (lane == 0) {
+      // Weights the kernel before writes (expanded Q8_0) are visible only after the wait.
+      if (p.w_written_before) wait_for_prerequisite_kernels();
       for (int s = 0; s < preloaded; ++s) {
         barrier_expect_bytes(&full[s], L::kStageBytes);
         tma_load(w_tile(s), &w_map, &full[s], depth_of(s), col);
       }
-      // x and the residual come from the kernels before; the weights do not.
+      // x and the residual come from the kernels before; the weights, as a rule, do not.
       wait_for_prerequisite_kernels();
       if constexpr (F::kNorm) {
         barrier_expect_bytes(x_arrived, steps * L::kXBytes);
@@ -659,6 +664,7 @@ void launch(Element e, const SkinnyProduct& c, cudaStream_t stream) {
   p.m = static_cast<int>(c.m);
   p.n = static_cast<int>(c.n);
   p.k = static_cast<int>(c.k);
+  p.w_written_before = c.w_written_before;
   const CUtensorMap x_map = row_major_map(e, c.x, c.m, c.k, F::kRows);
   const CUtensorMap w_map = F::kQ8 ? byte_matrix_map(c.w.data, c.n, c.k, kOutputs, kTileDepth)
                                    : row_major_map(e, c.w.data, c.n, c.k, kOutputs);

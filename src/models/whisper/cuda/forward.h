@@ -102,6 +102,16 @@ class KvCaches {
   void* keys(int layer, int sequence = 0) const { return at(layer, 0, sequence); }
   void* values(int layer, int sequence = 0) const { return at(layer, 1, sequence); }
   int64_t sequence_stride() const { return static_cast<int64_t>(capacity_) * d_; }
+  // Where a step's K and V of `layer` go: sequence b's at row positions[b] (device, [batch]).
+  gpu::KvScatter step_scatter(int layer, const int32_t* positions) const {
+    gpu::KvScatter scatter;
+    scatter.k_cache = keys(layer);
+    scatter.v_cache = values(layer);
+    scatter.cache_batch_stride = sequence_stride();
+    scatter.positions = positions;
+    scatter.width = d_;
+    return scatter;
+  }
   int sequences() const { return sequences_; }
   int capacity() const { return capacity_; }
   // Afterwards slot i holds what slot source[i] held, in its first `length` positions.

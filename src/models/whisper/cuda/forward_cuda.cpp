@@ -364,16 +364,15 @@ namespace {
 
 // The decoder's blocks over `rows` token rows (embedded into s.x): the two attentions are given
 // by the caller, since the prompt attends over whole sequences and the step over one query per
-// sequence. self_attend(layer, qkv) and cross_attend(layer, q) write s.context.
+// sequence. self_attend(l) reads s.x, writes s.context (its Q/K/V product included: a step's may
+// put K and V straight into the caches); cross_attend(l, q) writes s.context.
 template <class SelfAttend, class CrossAttend>
 void decoder_blocks(gpu::Pass& pass, const Config& config, const Weights& w, int64_t rows,
                     DecoderBuffers& s, SelfAttend self_attend, CrossAttend cross_attend) {
   for (int l = 0; l < config.decoder_layers; ++l) {
     const DecoderLayer& layer = w.decoder_layers[l];
     pass.mark("decoder self-attention");
-    pass.norm_linear(s.x.data(), rows, layer.self_norm, layer.qkv, gpu::Activation::none,
-                     s.h.data(), s.qkv.data());
-    self_attend(l, s.qkv.data());
+    self_attend(l);
     pass.linear(s.context.data(), rows, layer.self_out, s.x.data(), s.x.data());
 
     pass.mark("decoder cross-attention");
@@ -387,6 +386,16 @@ void decoder_blocks(gpu::Pass& pass, const Config& config, const Weights& w, int
                      s.hidden.data());
     pass.linear(s.hidden.data(), rows, layer.fc2, s.x.data(), s.x.data());
   }
+}
+
+// Q, K and V of layer l for `rows` rows of s.x into s.qkv [rows, 3d]; with `scatter` (a step),
+// K and V may go straight into the caches instead, Q then to s.qkv [rows, d]: returns whether
+// they did.
+bool self_qkv(gpu::Pass& pass, const Weights& w, int l, int64_t rows, DecoderBuffers& s,
+              const gpu::KvScatter* scatter = nullptr) {
+  const DecoderLayer& layer = w.decoder_layers[l];
+  return pass.norm_linear(s.x.data(), rows, layer.self_norm, layer.qkv, gpu::Activation::none,
+                          s.h.data(), s.qkv.data(), scatter);
 }
 
 }  // namespace
@@ -418,7 +427,9 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
   reserve_decoder(pass, config, rows, prompt_over_frames ? rows : 0, s);
   gpu::embed(e, w.tokens.data.data(), gpu::q8_0_scales(w.tokens), w.decoder_positions.data(), ids,
              position_ids, rows, d, s.x.data(), pass.stream());
-  auto self_attend = [&](int l, const void* qkv) {
+  auto self_attend = [&](int l) {
+    self_qkv(pass, w, l, rows, s);
+    const void* qkv = s.qkv.data();
     gpu::append_kv(e, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, steps * 3 * d, batch, steps,
                    d, caches.keys(l, first), caches.values(l, first), caches.sequence_stride(),
                    positions, pass.stream());
@@ -563,12 +574,7 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
     const DecoderLayer& layer = w.decoder_layers[l];
     // Self-attention: Q to s.q, this token's K and V straight into the caches.
     pass.mark("decoder self-attention");
-    gpu::KvScatter scatter;
-    scatter.k_cache = caches.keys(l);
-    scatter.v_cache = caches.values(l);
-    scatter.cache_batch_stride = caches.sequence_stride();
-    scatter.positions = positions;
-    scatter.width = d;
+    const gpu::KvScatter scatter = caches.step_scatter(l, positions);
     pass.step_linear(s.x.data(), batch, layer.qkv, s.q.data(), &layer.self_norm, false, nullptr,
                      &scatter);
     gpu::decode_attention(e, s.q.data(), d, caches.keys(l), caches.values(l), d,
@@ -617,11 +623,16 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
     fused_step_blocks(pass, config, w, caches, batch, positions, lengths, cross_lengths, cross, s);
     return;
   }
-  auto self_attend = [&](int l, const void* qkv) {
-    gpu::append_kv(e, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, 3 * d, batch, 1, d,
-                   caches.keys(l), caches.values(l), caches.sequence_stride(), positions,
-                   pass.stream());
-    gpu::decode_attention(e, qkv, 3 * d, caches.keys(l), caches.values(l), d,
+  auto self_attend = [&](int l) {
+    const gpu::KvScatter scatter = caches.step_scatter(l, positions);
+    const void* qkv = s.qkv.data();
+    const bool scattered = self_qkv(pass, w, l, batch, s, &scatter);
+    if (!scattered) {
+      gpu::append_kv(e, offset(qkv, d, e), offset(qkv, 2 * d, e), 3 * d, 3 * d, batch, 1, d,
+                     caches.keys(l), caches.values(l), caches.sequence_stride(), positions,
+                     pass.stream());
+    }
+    gpu::decode_attention(e, qkv, scattered ? d : 3 * d, caches.keys(l), caches.values(l), d,
                           caches.sequence_stride(), lengths, s.context.data(), d, batch, heads,
                           d / heads, w.decoder_scale, pass.stream());
   };
