@@ -152,7 +152,6 @@ struct Operands {
   const int32_t* positions = nullptr;
   int width = 0;
   int m = 0, n = 0, k = 0;
-  bool w_written_before = false;  // the kernel before writes w: loaded after the wait
 };
 
 // Where output `column` (one of 8 in a row, a 16-byte group) of row `row` goes: y, or with the
@@ -366,7 +365,7 @@ __global__ void __launch_bounds__(kThreads)
       barrier_init(&full[s], 1);   // the producer's expect_tx; the bytes complete it
       barrier_init(&empty[s], 1);  // one thread of the consumer, once its products are done
     }
-    if (F::kNorm) barrier_init(x_arrived, 1);
+    if constexpr (F::kNorm) barrier_init(x_arrived, 1);
     barrier_init_fence();
   }
   __syncthreads();
@@ -377,13 +376,12 @@ __global__ void __launch_bounds__(kThreads)
   if (warp == kProducerWarp) {
     const int preloaded = min(steps, stages);
     if (lane == 0) {
-      // Weights the kernel before writes (expanded Q8_0) are visible only after the wait.
-      if (p.w_written_before) wait_for_prerequisite_kernels();
       for (int s = 0; s < preloaded; ++s) {
         barrier_expect_bytes(&full[s], L::kStageBytes);
         tma_load(w_tile(s), &w_map, &full[s], depth_of(s), col);
       }
-      // x and the residual come from the kernels before; the weights, as a rule, do not.
+      // x and the residual come from the kernels before; the weights do not (or the launch
+      // was not an early one, and this returns at once).
       wait_for_prerequisite_kernels();
       if constexpr (F::kNorm) {
         barrier_expect_bytes(x_arrived, steps * L::kXBytes);
@@ -664,14 +662,14 @@ void launch(Element e, const SkinnyProduct& c, cudaStream_t stream) {
   p.m = static_cast<int>(c.m);
   p.n = static_cast<int>(c.n);
   p.k = static_cast<int>(c.k);
-  p.w_written_before = c.w_written_before;
   const CUtensorMap x_map = row_major_map(e, c.x, c.m, c.k, F::kRows);
   const CUtensorMap w_map = F::kQ8 ? byte_matrix_map(c.w.data, c.n, c.k, kOutputs, kTileDepth)
                                    : row_major_map(e, c.w.data, c.n, c.k, kOutputs);
   const auto splits = static_cast<unsigned>(plan.splits);
+  // Weights the kernel before writes are visible only once it is done: no early start then.
   launch_kernel(kernel, dim3(splits, static_cast<unsigned>(c.n / kOutputs)), dim3(kThreads),
-                static_cast<size_t>(p.layout.bytes() + 1024), splits, /*early_start=*/true, stream,
-                "skinny_linear", x_map, w_map, p);
+                static_cast<size_t>(p.layout.bytes() + 1024), splits,
+                /*early_start=*/!c.w_written_before, stream, "skinny_linear", x_map, w_map, p);
 }
 
 }  // namespace
