@@ -10,7 +10,7 @@
 # table for the Parakeet batch, where nsys is installed), ncu (Nsight Compute: every kernel of
 # the runs hark bench brackets, large-v3 batch 1, 16 and 64 (F16; Q8_0 at 1 and 16) and the
 # Parakeet batch, summed by name by bench/ncu_summary.py), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
-# HARK_NCU_RUN; see the stage), experiments (the opt-in forms not yet measured, each against the
+# HARK_NCU_RUN; see the stage), experiments (the step's products each way, against the
 # default: large-v3's step at batch 1-32), hour (an hour of audio through hark run with random-weight
 # large-v3-turbo and large-v3 checkpoints), short (30-s and 5-min files through hark run in the
 # sequential mode, same checkpoints). Default: the first four. Full logs go
@@ -166,23 +166,24 @@ if has bench; then
 fi
 
 if has experiments; then
-  # The opt-in forms not yet measured (bench/RESULTS.md, twenty-ninth session), each against the
-  # default in one binary; the default runs first and last, so that the GPU's clocks drifting
-  # shows. A run takes about a minute: HARK_EXP_VARIANTS (names separated by spaces) picks some,
+  # The default against the other ways of the step's products (bench/RESULTS.md, thirty-first
+  # session), in one binary; the default runs first and last, so that the GPU's clocks drifting
+  # shows. A run takes about 25 s: HARK_EXP_VARIANTS (names separated by spaces) picks some,
   # HARK_EXP_ROUNDS (1) repeats them, HARK_EXP_MODEL (large-v3), HARK_EXP_CROSS_KV (int8) and
-  # HARK_EXP_BATCHES (1,4,8,16,32) change the run. At batch 16 and 32, skinny-step against
-  # skinny-norm is the K/V scatter of the Q/K/V product alone (no append_kv).
-  echo "== experiments: opt-in forms against the default (step ms by batch)" | tee -a "$summary"
+  # HARK_EXP_BATCHES (1,4,8,16,32) change the run. step-decode-linear and step-skinny put every
+  # batch of the fused step on one kernel (the default switches at 8 sequences, 12 with Q8_0).
+  echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
   # name | weights | environment
   variants=(
     "default|f16|"
-    "skinny-norm|f16|HARK_CUDA_SKINNY_NORM=1"
-    "skinny-norm-4-stages|f16|HARK_CUDA_SKINNY_NORM=1 HARK_CUDA_SKINNY_STAGES=4"
-    "skinny-step|f16|HARK_CUDA_SKINNY_STEP=1 HARK_CUDA_SKINNY_NORM=1"
-    "skinny-step-4-stages|f16|HARK_CUDA_SKINNY_STEP=1 HARK_CUDA_SKINNY_NORM=1 HARK_CUDA_SKINNY_STAGES=4"
-    "products-to-8|f16|HARK_CUDA_FUSED_STEP_MAX_BATCH=0 HARK_CUDA_SKINNY_NORM=1"
+    "norm-kernels|f16|HARK_CUDA_SKINNY_NORM=0"
+    "append-kv|f16|HARK_CUDA_SKINNY_SCATTER=0"
+    "step-decode-linear|f16|HARK_CUDA_SKINNY_STEP=0"
+    "step-skinny|f16|HARK_CUDA_SKINNY_STEP=1"
+    "products-to-8|f16|HARK_CUDA_FUSED_STEP_MAX_BATCH=0"
     "q8-default|q8_0|"
-    "q8-skinny-step|q8_0|HARK_CUDA_SKINNY_STEP=1 HARK_CUDA_SKINNY_NORM=1 HARK_CUDA_SKINNY_Q8_0=1"
+    "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
+    "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
     "default-last|f16|"
   )
   for round in $(seq "${HARK_EXP_ROUNDS:-1}"); do

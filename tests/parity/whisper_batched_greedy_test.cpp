@@ -81,9 +81,9 @@ INSTANTIATE_TEST_SUITE_P(Types, WhisperCudaAgainstCpu,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
-// The decoder's three norms a layer inside its products (skinny_linear with the norm, taken with
-// HARK_CUDA_SKINNY_NORM=1 by up to 32 rows: here two 4-token prompts) against the CPU, within the
-// bound of F16 above, and against the same GPU model with the norms as kernels of their own.
+// The decoder's three norms a layer inside its products (skinny_linear with the norm, which takes
+// up to 32 rows: here two 4-token prompts) against the CPU, within the bound of F16 above, and
+// against the same GPU model with the norms as kernels of their own (HARK_CUDA_SKINNY_NORM=0).
 TEST(WhisperCudaSkinnyNorm, LogitsMatchTheCpuWithTheNormsInTheProducts) {
   if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
   const Pair models = load_pair("tiny-random-large-v3", DType::F16);
@@ -94,10 +94,10 @@ TEST(WhisperCudaSkinnyNorm, LogitsMatchTheCpuWithTheNormsInTheProducts) {
   const std::vector<int32_t> prompt = {50258, 50259, 50360, 50364};
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE("window " + std::to_string(i));
-    const std::vector<float> separate =
-        models.cuda->start(gpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
-    const testing::ScopedEnv fused_norms("HARK_CUDA_SKINNY_NORM", "1");
     const std::vector<float> fused =
+        models.cuda->start(gpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
+    const testing::ScopedEnv separate_norms("HARK_CUDA_SKINNY_NORM", "0");
+    const std::vector<float> separate =
         models.cuda->start(gpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
     const std::vector<float> cpu_logits =
         models.cpu->start(cpu_windows[i], 2)->advance({prompt, prompt}, {0, 3});
@@ -106,13 +106,13 @@ TEST(WhisperCudaSkinnyNorm, LogitsMatchTheCpuWithTheNormsInTheProducts) {
   }
 }
 
-// A step of 9 sequences (past the fused step's 8) with HARK_CUDA_SKINNY_STEP=1: skinny_linear's
-// Q/K/V product puts K and V into the caches itself instead of append_kv copying them there
-// from its output. The same sums land in the same places, so every token and log-probability
-// must be the same bits as without it, with the norms as kernels of their own and inside the
-// products (HARK_CUDA_SKINNY_NORM=1). (Where skinny_linear does not run, on a GPU other than
-// compute capability 9.0, both runs take the same path.)
-TEST(WhisperCudaSkinnyStep, KeysAndValuesScatteredByTheProductDecodeAsAppendedOnes) {
+// A step of 9 sequences (past the fused step's 8): skinny_linear's Q/K/V product puts K and V
+// into the caches itself instead of append_kv copying them there from its output (as with
+// HARK_CUDA_SKINNY_SCATTER=0). The same sums land in the same places, so every token and
+// log-probability must be the same bits both ways, with the norms inside the products and as
+// kernels of their own (HARK_CUDA_SKINNY_NORM=0). (Where skinny_linear does not run, on a GPU
+// other than compute capability 9.0, both runs take the same path.)
+TEST(WhisperCudaSkinnyScatter, KeysAndValuesScatteredByTheProductDecodeAsAppendedOnes) {
   if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
   const Pair models = load_pair("tiny-random-large-v3", DType::F16);
   const Config& config = models.cpu->config();
@@ -129,11 +129,10 @@ TEST(WhisperCudaSkinnyStep, KeysAndValuesScatteredByTheProductDecodeAsAppendedOn
   for (const char* norm : {"0", "1"}) {
     SCOPED_TRACE(std::string("HARK_CUDA_SKINNY_NORM=") + norm);
     const testing::ScopedEnv norms("HARK_CUDA_SKINNY_NORM", norm);
-    const testing::ScopedEnv appending("HARK_CUDA_SKINNY_STEP", "0");
-    const std::vector<GreedyOutcome> appended =
-        models.cuda->decode_greedy(jobs, /*timestamps=*/false);
-    const testing::ScopedEnv scattering("HARK_CUDA_SKINNY_STEP", "1");
     const std::vector<GreedyOutcome> scattered =
+        models.cuda->decode_greedy(jobs, /*timestamps=*/false);
+    const testing::ScopedEnv appending("HARK_CUDA_SKINNY_SCATTER", "0");
+    const std::vector<GreedyOutcome> appended =
         models.cuda->decode_greedy(jobs, /*timestamps=*/false);
     ASSERT_EQ(scattered.size(), appended.size());
     for (int i = 0; i < kWindows; ++i) {

@@ -392,9 +392,9 @@ TEST(DecodeLinearCuda, ScattersKeysAndValues) {
 }
 
 // The same layers through skinny_linear (skinny_linear_sm90.h), which the fused step takes
-// instead with HARK_CUDA_SKINNY_STEP=1: the norm, bias, GELU, residual (separate and in place)
-// and the K/V scatter, up to its 32 rows, on a compute capability 9.0 GPU (16-bit elements,
-// depths and widths multiples of 64), with 16-bit and Q8_0 weights (HARK_CUDA_SKINNY_Q8_0=1).
+// instead from 8 sequences (12 with Q8_0 weights): the norm, bias, GELU, residual (separate and
+// in place) and the K/V scatter, up to its 32 rows, on a compute capability 9.0 GPU (16-bit
+// elements, depths and widths multiples of 64), with 16-bit and Q8_0 weights.
 // Its GELU is the products' fitted form, within 2.6e-5 of the erf form: inside the
 // accumulation's slack.
 TEST(DecodeLinearCuda, SkinnyLinearTakesTheStepsLayers) {

@@ -110,8 +110,9 @@ class Pass {
   }
 
   // y[m, out] = x[m, in] · Wᵀ + bias (+ residual, which may be y), in the pass's element type.
-  // Q8_0 weights: up to 16 rows of a 16-byte-aligned x read the quants (decode_linear), more rows
-  // expand the matrix for cuBLASLt.
+  // Up to 32 rows take skinny_linear on Hopper (bias and residual in its epilogue). Q8_0 weights:
+  // up to 16 rows of a 16-byte-aligned x read the quants (decode_linear), up to 32 skinny_linear
+  // reads them, more rows expand the matrix for cuBLASLt.
   void linear(const void* x, int64_t m, const Linear& layer, void* y,
               const void* residual = nullptr);
   // y[m, n] = x[m, k] · w[n, k]ᵀ + bias[n] (bias may be null) from raw 16-bit or F32 weight rows
@@ -124,13 +125,13 @@ class Pass {
   // (gemm_sm90.h) for products of many rows, otherwise the product, then the activation in
   // place. HARK_CUDA_SM90_GEMM=0 keeps the second way everywhere.
   void activation_linear(const void* x, int64_t m, const Linear& layer, Activation act, void* y);
-  // y = act(norm(x) · Wᵀ + bias), x [m, in_features]: with HARK_CUDA_SKINNY_NORM=1, one
-  // skinny_linear launch with the norm in it where that kernel takes the product (its form with
-  // the norm has not been timed yet: bench/RESULTS.md, twenty-ninth session); otherwise
-  // layer_norm into `normed` [m, in_features], then linear (act none) or activation_linear.
-  // With `scatter` (a step's Q/K/V product, one row a sequence) and HARK_CUDA_SKINNY_STEP=1,
-  // where skinny_linear runs the product, it writes Q to y [m, width] and K and V into the
-  // caches; returns whether it did (otherwise y holds the whole product, as without a scatter).
+  // y = act(norm(x) · Wᵀ + bias), x [m, in_features]: one skinny_linear launch with the norm in
+  // it where that kernel takes the product (up to 32 rows on Hopper; HARK_CUDA_SKINNY_NORM=0
+  // turns the norm in it off, to compare); otherwise layer_norm into `normed` [m, in_features],
+  // then linear (act none) or activation_linear. With `scatter` (a step's Q/K/V product, one row
+  // a sequence), where skinny_linear runs the product, it writes Q to y [m, width] and K and V
+  // into the caches (HARK_CUDA_SKINNY_SCATTER=0: not); returns whether it did (otherwise y holds
+  // the whole product, as without a scatter).
   bool norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
                    Activation act, void* normed, void* y, const KvScatter* scatter = nullptr);
   // q and scales = quantize_int8 (kernels.h) of x · Wᵀ + bias in groups of `group` columns, in
@@ -143,10 +144,10 @@ class Pass {
                         int64_t block_rows, int8_t* q, float* scales, Buffer& scratch);
   // One linear layer of a decode step (m ≤ 16 rows) in one launch (decode_linear): y =
   // [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with `scatter` the layer's output
-  // split into y and the K/V caches. Null norm, residual, scatter: absent. With
-  // HARK_CUDA_SKINNY_STEP=1, skinny_linear takes the layer where it runs instead (its GELU the
-  // fitted form of the products' epilogues; Q8_0 weights only with HARK_CUDA_SKINNY_Q8_0=1);
-  // that form has not been timed yet (bench/RESULTS.md, twenty-ninth session).
+  // split into y and the K/V caches. Null norm, residual, scatter: absent. From 8 rows (12 with
+  // Q8_0 weights) skinny_linear takes the layer where it runs instead, the faster one there (its
+  // GELU the fitted form of the products' epilogues); HARK_CUDA_SKINNY_STEP=0 or 1 forces one
+  // kernel for every row count, to compare.
   void step_linear(const void* x, int64_t m, const Linear& layer, void* y,
                    const LayerNorm* norm = nullptr, bool gelu = false,
                    const void* residual = nullptr, const KvScatter* scatter = nullptr);

@@ -51,36 +51,48 @@ bool sm90_gemm_enabled() {
   return !set_to("HARK_CUDA_SM90_GEMM", "0");
 }
 
-// HARK_CUDA_SKINNY_Q8_0=1 lets skinny_linear read Q8_0 weights' quants itself (expanding each
-// stage in shared memory) instead of taking them expanded to the element type by a kernel of
-// their own; with HARK_CUDA_SKINNY_STEP=1 the fused step's Q8_0 layers take it too. Off by
-// default until measured.
-bool skinny_q8_0_enabled() {
-  return set_to("HARK_CUDA_SKINNY_Q8_0", "1");
+// Whether skinny_linear may take a product of m rows: up to kSkinnyMaxRows, on the Hopper
+// kernels. HARK_CUDA_SKINNY_LINEAR=0 (or HARK_CUDA_SM90_GEMM=0) leaves them to cuBLASLt and
+// decode_linear, to compare. Q8_0 weights it reads as they are, each stage's quants expanded in
+// shared memory: at 32 sequences that took large-v3's Q8_0 step from 4.41 ms (the weights
+// expanded by a kernel of their own first) to 3.62 (bench/RESULTS.md, thirty-first session).
+bool skinny_linear_enabled(int64_t m) {
+  return m <= kSkinnyMaxRows && sm90_gemm_enabled() && !set_to("HARK_CUDA_SKINNY_LINEAR", "0");
 }
 
-// Whether a product of m rows takes skinny_linear (a batched decode step's products, with their
-// bias, activation and residual): up to kSkinnyMaxRows rows, unless a Q8_0 product reads its
-// quants through decode_linear (up to 16 rows, unless skinny_linear reads them itself).
-// HARK_CUDA_SKINNY_LINEAR=0 (or HARK_CUDA_SM90_GEMM=0) leaves them to cuBLASLt, to compare.
+// The products' rule (Pass::linear, activation_linear, norm_linear): skinny_linear where it is
+// enabled, except Q8_0 products that decode_linear reads directly (up to 16 rows).
 bool takes_skinny_linear(const Matrix& w, int64_t m, const void* x) {
-  return m <= kSkinnyMaxRows && (!reads_q8_0_directly(w, m, x) || skinny_q8_0_enabled()) &&
-         sm90_gemm_enabled() && !set_to("HARK_CUDA_SKINNY_LINEAR", "0");
+  return skinny_linear_enabled(m) && !reads_q8_0_directly(w, m, x);
 }
 
-// HARK_CUDA_SKINNY_NORM=1 lets skinny_linear apply the layer norm before its product
-// (Pass::norm_linear). Off by default until measured.
+// The rows from which skinny_linear takes the fused step's layers (Pass::step_linear) from
+// decode_linear. Large-v3's step, ms (bench/RESULTS.md, thirty-first session): 16-bit weights,
+// decode_linear against skinny_linear, 1.46 / 1.67 at 1 sequence, 2.28 / 2.32 at 6, 1.97 / 1.97
+// at 7, 2.04 / 2.01 at 8; Q8_0 weights, 2.01 / 2.30 at 8 and 3.12 / 2.79 at 16.
+// HARK_CUDA_SKINNY_STEP=0 or 1 forces one of them (to compare).
+constexpr int64_t kSkinnyStepMinRows = 8, kSkinnyStepMinRowsQ8 = 12;
+
+bool step_takes_skinny_linear(const Matrix& w, int64_t m) {
+  if (!skinny_linear_enabled(m) || set_to("HARK_CUDA_SKINNY_STEP", "0")) return false;
+  return set_to("HARK_CUDA_SKINNY_STEP", "1") ||
+         m >= (w.q8_0 ? kSkinnyStepMinRowsQ8 : kSkinnyStepMinRows);
+}
+
+// Whether skinny_linear applies the layer norm before its product (Pass::norm_linear): large-v3's
+// step at 16 sequences took 2.41 ms so against 2.45 with the norms as kernels of their own, no
+// batch lost (bench/RESULTS.md, thirty-first session). HARK_CUDA_SKINNY_NORM=0 turns it off, to
+// compare.
 bool skinny_norm_enabled() {
-  return set_to("HARK_CUDA_SKINNY_NORM", "1");
+  return !set_to("HARK_CUDA_SKINNY_NORM", "0");
 }
 
-// HARK_CUDA_SKINNY_STEP=1 runs the fused step's layers (Pass::step_linear, up to 8 sequences;
-// 16 with Q8_0 weights) through skinny_linear, with their norms and K/V scatter, instead of
-// decode_linear: 16-bit weights, and Q8_0 ones with HARK_CUDA_SKINNY_Q8_0=1. It also lets the
-// Q/K/V product of larger steps (9-32 sequences, Pass::norm_linear with a scatter) put K and V
-// straight into the caches, which saves append_kv's launch. Off by default until measured.
-bool skinny_step_enabled() {
-  return set_to("HARK_CUDA_SKINNY_STEP", "1");
+// Whether skinny_linear's Q/K/V product of a step past the fused step's sequences (Pass::
+// norm_linear with a scatter) puts K and V into the caches itself, saving append_kv's launch:
+// large-v3's step took 2.36 ms so at 16 sequences against 2.41, 3.01 against 3.13 at 32
+// (bench/RESULTS.md, thirty-first session). HARK_CUDA_SKINNY_SCATTER=0 turns it off, to compare.
+bool skinny_scatter_enabled() {
+  return !set_to("HARK_CUDA_SKINNY_SCATTER", "0");
 }
 
 // `count` F32 values as `element` bytes, appended to `out`.
@@ -327,7 +339,7 @@ void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const 
                   bias, false, residual, y, nullptr, stream_);
     return;
   }
-  if (skinny(x, m, layer, Activation::none, residual, y)) return;
+  if (takes_skinny_linear(w, m, x) && skinny(x, m, layer, Activation::none, residual, y)) return;
   const void* weights = w.q8_0 ? expanded(w) : w.data.data();
   gemm_.linear(element_, x, m, w.cols, weights, w.rows, bias, residual, element_, y, stream_);
 }
@@ -335,15 +347,11 @@ void Pass::linear(const void* x, int64_t m, const Linear& layer, void* y, const 
 bool Pass::skinny(const void* x, int64_t m, const Linear& layer, Activation act,
                   const void* residual, void* y, const DecodeNorm* norm, const KvScatter* scatter) {
   const Matrix& w = layer.weight;
-  if (!takes_skinny_linear(w, m, x)) return false;
-  // Q8_0 weights: their quants read directly with HARK_CUDA_SKINNY_Q8_0=1, else expanded to the
-  // element type first (a buffer of its own, aligned as any: expanded only if the kernel runs).
-  const bool direct = w.q8_0 && skinny_q8_0_enabled();
   SkinnyProduct product;
   product.x = x;
   product.m = m;
   product.k = w.cols;
-  product.w = {w.q8_0 && !direct ? nullptr : w.data.data(), direct};
+  product.w = {w.data.data(), w.q8_0};
   product.n = w.rows;
   product.bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;
   product.act = act;
@@ -352,25 +360,22 @@ bool Pass::skinny(const void* x, int64_t m, const Linear& layer, Activation act,
   product.norm = norm;
   product.scatter = scatter;
   if (!skinny_linear_runs(element_, product)) return false;
-  if (w.q8_0 && !direct) {
-    product.w.data = expanded(w);
-    product.w_written_before = true;
-  }
   skinny_linear(element_, product, stream_);
   return true;
 }
 
 bool Pass::norm_linear(const void* x, int64_t m, const LayerNorm& norm, const Linear& layer,
                        Activation act, void* normed, void* y, const KvScatter* scatter) {
-  // The scatter only where skinny_linear runs the product, and until measured only with
-  // HARK_CUDA_SKINNY_STEP=1.
-  const KvScatter* scattering = skinny_step_enabled() ? scatter : nullptr;
-  if (skinny_norm_enabled()) {
+  // The scatter only where skinny_linear runs the product.
+  const bool skinny_runs = takes_skinny_linear(layer.weight, m, x);
+  const KvScatter* scattering = skinny_scatter_enabled() ? scatter : nullptr;
+  if (skinny_runs && skinny_norm_enabled()) {
     const DecodeNorm fused{norm.gamma.data(), norm.beta.data(), norm.eps};
     if (skinny(x, m, layer, act, nullptr, y, &fused, scattering)) return scattering != nullptr;
   }
   layer_norm(x, m, norm, layer.in_features(), normed);
-  if (scattering != nullptr && skinny(normed, m, layer, act, nullptr, y, nullptr, scattering)) {
+  if (skinny_runs && scattering != nullptr &&
+      skinny(normed, m, layer, act, nullptr, y, nullptr, scattering)) {
     return true;
   }
   if (act == Activation::none) {
@@ -392,7 +397,7 @@ void Pass::activation_linear(const void* x, int64_t m, const Linear& layer, Acti
       return;
     }
   }
-  if (skinny(x, m, layer, act, nullptr, y)) return;
+  if (takes_skinny_linear(w, m, x) && skinny(x, m, layer, act, nullptr, y)) return;
   linear(x, m, layer, y);
   switch (act) {
     case Activation::none:
@@ -444,9 +449,9 @@ void Pass::step_linear(const void* x, int64_t m, const Linear& layer, void* y,
   DecodeNorm decode_norm;
   if (norm != nullptr) decode_norm = DecodeNorm{norm->gamma.data(), norm->beta.data(), norm->eps};
   const DecodeNorm* fused_norm = norm != nullptr ? &decode_norm : nullptr;
-  // (Q8_0 layers take it only with HARK_CUDA_SKINNY_Q8_0=1: takes_skinny_linear.)
-  if (skinny_step_enabled() && skinny(x, m, layer, gelu ? Activation::gelu : Activation::none,
-                                      residual, y, fused_norm, scatter)) {
+  if (step_takes_skinny_linear(w, m) &&
+      skinny(x, m, layer, gelu ? Activation::gelu : Activation::none, residual, y, fused_norm,
+             scatter)) {
     return;
   }
   const void* bias = layer.bias.bytes() > 0 ? layer.bias.data() : nullptr;

@@ -380,8 +380,7 @@ __global__ void __launch_bounds__(kThreads)
         barrier_expect_bytes(&full[s], L::kStageBytes);
         tma_load(w_tile(s), &w_map, &full[s], depth_of(s), col);
       }
-      // x and the residual come from the kernels before; the weights do not (or the launch
-      // was not an early one, and this returns at once).
+      // x and the residual come from the kernels before; the weights do not.
       wait_for_prerequisite_kernels();
       if constexpr (F::kNorm) {
         barrier_expect_bytes(x_arrived, steps * L::kXBytes);
@@ -666,10 +665,9 @@ void launch(Element e, const SkinnyProduct& c, cudaStream_t stream) {
   const CUtensorMap w_map = F::kQ8 ? byte_matrix_map(c.w.data, c.n, c.k, kOutputs, kTileDepth)
                                    : row_major_map(e, c.w.data, c.n, c.k, kOutputs);
   const auto splits = static_cast<unsigned>(plan.splits);
-  // Weights the kernel before writes are visible only once it is done: no early start then.
   launch_kernel(kernel, dim3(splits, static_cast<unsigned>(c.n / kOutputs)), dim3(kThreads),
-                static_cast<size_t>(p.layout.bytes() + 1024), splits,
-                /*early_start=*/!c.w_written_before, stream, "skinny_linear", x_map, w_map, p);
+                static_cast<size_t>(p.layout.bytes() + 1024), splits, /*early_start=*/true, stream,
+                "skinny_linear", x_map, w_map, p);
 }
 
 }  // namespace

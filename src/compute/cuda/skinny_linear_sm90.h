@@ -38,9 +38,6 @@ struct SkinnyProduct {
   void* y = nullptr;
   const DecodeNorm* norm = nullptr;
   const KvScatter* scatter = nullptr;
-  // Whether the kernel just before writes w (Q8_0 weights expanded for this product): then the
-  // launch is an ordinary one, after that kernel, not a programmatic dependent of it.
-  bool w_written_before = false;
 };
 
 // Whether skinny_linear runs the product: a GPU of compute capability 9.0, 16-bit elements,
@@ -54,7 +51,7 @@ bool skinny_linear_runs(Element e, const SkinnyProduct& product);
 // Runs the product, F32 accumulation and one rounding to the element type (and, with the norm,
 // one of the normalised x, as layer_norm rounds its output). Launched as a programmatic
 // dependent of the kernel before it: its first weights are requested before that kernel's
-// results are waited for (unless w_written_before: an ordinary launch then). Fails for what
+// results are waited for, so w must not be written by the kernel just before. Fails for what
 // skinny_linear_runs refuses.
 void skinny_linear(Element e, const SkinnyProduct& product, cudaStream_t stream);
 
