@@ -195,6 +195,8 @@ class Pass {
  private:
   // Runs y = act(norm(x) · Wᵀ + bias) + residual as skinny_linear (skinny_linear_sm90.h) where it
   // takes the product (null norm, residual: none); false where it does not, having done nothing.
+  // Which rows should take it is the caller's rule (pass_cuda.cpp: takes_skinny_linear for the
+  // products, step_takes_skinny_linear for the fused step's layers).
   bool skinny(const void* x, int64_t m, const Linear& layer, Activation act, const void* residual,
               void* y, const DecodeNorm* norm = nullptr, const KvScatter* scatter = nullptr);
   const void* expanded(const Matrix& w);
