@@ -171,7 +171,9 @@ if has experiments; then
   # shows. A run takes about 25 s: HARK_EXP_VARIANTS (names separated by spaces) picks some,
   # HARK_EXP_ROUNDS (1) repeats them, HARK_EXP_MODEL (large-v3), HARK_EXP_CROSS_KV (int8) and
   # HARK_EXP_BATCHES (1,4,8,16,32) change the run. step-decode-linear and step-skinny put every
-  # batch of the fused step on one kernel (the default switches at 8 sequences, 12 with Q8_0).
+  # batch of the fused step on one kernel (the default switches at 8 sequences, 10 with Q8_0);
+  # query-launch gives the cross-attention's query a launch of its own at every batch (the default
+  # computes it inside the attention only with native K/V: HARK_EXP_CROSS_KV=native).
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
   # name | weights | environment
   variants=(
@@ -181,6 +183,7 @@ if has experiments; then
     "step-decode-linear|f16|HARK_CUDA_SKINNY_STEP=0"
     "step-skinny|f16|HARK_CUDA_SKINNY_STEP=1"
     "products-to-8|f16|HARK_CUDA_FUSED_STEP_MAX_BATCH=0"
+    "query-launch|f16|HARK_CUDA_FUSED_QUERY=0"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
@@ -196,7 +199,7 @@ if has experiments; then
         --batches "${HARK_EXP_BATCHES:-1,4,8,16,32}" --tokens 60 --windows 1 > "$log" 2>&1
       echo "-- $name, round $round (exit $?): $type $settings" >> "$summary"
       # The table's rows: batch first.
-      grep -E "^ *[0-9]+ " "$log" | tail -8 >> "$summary"
+      grep -E "^ *[0-9]+ " "$log" >> "$summary"
     done
   done
 fi

@@ -882,6 +882,16 @@ TEST(DecodeAttentionCuda, FusedQueryShapes) {
   EXPECT_FALSE(attention_query_fuses(Element::f16, 1, 20, 64, 1272, true));  // not whole blocks
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   require_device();
+  EXPECT_FALSE(attention_query_in_one_wave(Element::f32, 1, 20, 64));
+  // On the GPUs it was measured on (H100 and H200, 132 SMs): large-v3's query pays at 1, 2 and 4
+  // sequences (160-320 CTAs), and at 3, 5 and 6 (400-480) its CTAs would take two waves. A
+  // change of the kernel's registers that moves this line should be measured again.
+  if (multiprocessor_count() == 132) {
+    for (Element e : {Element::f16, Element::bf16}) {
+      for (int rows : {1, 2, 4}) EXPECT_TRUE(attention_query_in_one_wave(e, rows, 20, 64)) << rows;
+      for (int rows : {3, 5, 6}) EXPECT_FALSE(attention_query_in_one_wave(e, rows, 20, 64)) << rows;
+    }
+  }
   // A query the kernel cannot compute is an error, not a wrong result.
   const int batch = 8, heads = 20, head_dim = 64;
   const int64_t d = 1280;

@@ -392,7 +392,7 @@ TEST(DecodeLinearCuda, ScattersKeysAndValues) {
 }
 
 // The same layers through skinny_linear (skinny_linear_sm90.h), which the fused step takes
-// instead from 8 sequences (12 with Q8_0 weights): the norm, bias, GELU, residual (separate and
+// instead from 8 sequences (10 with Q8_0 weights): the norm, bias, GELU, residual (separate and
 // in place) and the K/V scatter, up to its 32 rows, on a compute capability 9.0 GPU (16-bit
 // elements, depths and widths multiples of 64), with 16-bit and Q8_0 weights.
 // Its GELU is the products' fitted form, within 2.6e-5 of the erf form: inside the

@@ -274,6 +274,16 @@ template <class T>
 constexpr int kWidePack = static_cast<int>(16 / sizeof(T));
 // ---- Launch shapes ----------------------------------------------------------------------------
 
+// The launch attribute that groups a grid's CTAs into thread-block clusters of `cluster_x` along x.
+inline cudaLaunchAttribute cluster_attribute(unsigned cluster_x) {
+  cudaLaunchAttribute cluster = {};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = cluster_x;
+  cluster.val.clusterDim.y = 1;
+  cluster.val.clusterDim.z = 1;
+  return cluster;
+}
+
 // Launches `kernel` over `grid`, `shared_bytes` of dynamic shared memory a block, in thread-block
 // clusters of `cluster_x` CTAs along x (1: no clusters); `what` names it in errors. With
 // `early_start`, as a programmatic dependent of the kernel before it: its blocks may start once
@@ -290,13 +300,7 @@ void launch_kernel(void (*kernel)(Parameters...), dim3 grid, dim3 block, size_t 
   config.stream = stream;
   cudaLaunchAttribute attributes[2] = {};
   unsigned count = 0;
-  if (cluster_x > 1) {
-    cudaLaunchAttribute& cluster = attributes[count++];
-    cluster.id = cudaLaunchAttributeClusterDimension;
-    cluster.val.clusterDim.x = cluster_x;
-    cluster.val.clusterDim.y = 1;
-    cluster.val.clusterDim.z = 1;
-  }
+  if (cluster_x > 1) attributes[count++] = cluster_attribute(cluster_x);
   if (early_start) {
     cudaLaunchAttribute& dependent = attributes[count++];
     dependent.id = cudaLaunchAttributeProgrammaticStreamSerialization;

@@ -171,6 +171,13 @@ struct AttentionQuery {
 // at least 4 CTAs (so that a CTA computes at most a quarter of a head's rows): with Whisper
 // large's 20 heads, up to 6 rows.
 bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_t d, bool q8_0);
+// Whether such a launch (batch rows of `heads` heads) has all of its CTAs on the GPU at once.
+// The fused query holds its rows of W in registers (3 CTAs an SM), and past one wave the CTAs
+// of the second wait for the first's to finish before they start their query's chain: on an
+// H100, large-v3's step with native K/V took 0.19-0.25 ms longer with the fused query at 3, 5
+// and 6 sequences (480, 400, 480 CTAs) and 0.01-0.09 ms less at 1, 2 and 4 (160-320;
+// bench/RESULTS.md, thirty-second session).
+bool attention_query_in_one_wave(Element e, int batch, int heads, int head_dim);
 
 // Keys and values stored as INT8 (Whisper's cross-attention K/V): each group of `group`
 // consecutive values (one head of one row) keeps an F32 scale = max |x| / 127 over the group and

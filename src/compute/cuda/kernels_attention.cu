@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -1629,6 +1630,36 @@ bool attention_query_fuses(Element e, int batch, int heads, int head_dim, int64_
   if (q8_0 && d % static_cast<int64_t>(quant::kQ8BlockValues) != 0) return false;
   const int splits = decode_splits(batch, heads);
   return splits >= kQueryMinSplits && head_dim % splits == 0;
+}
+
+bool attention_query_in_one_wave(Element e, int batch, int heads, int head_dim) {
+  if (e == Element::f32 || batch <= 0 || heads <= 0 || head_dim <= 0) return false;
+  const int splits = decode_splits(batch, heads);
+  // The CTAs the GPU holds at once, asked once per type and split count (one device a process):
+  // the kernel's registers bound them (about 160 a thread: 3 CTAs an SM on sm_90), and a
+  // cluster's CTAs must share a GPC. Native K/V in 16-byte vectors: the form Whisper's step takes.
+  static std::atomic<int64_t> resident[2][kMaxSplits + 1] = {};
+  std::atomic<int64_t>& known = resident[e == Element::f16 ? 0 : 1][splits];
+  if (known.load() == 0) {
+    with_type(e, [&](auto zero) {
+      using T = decltype(zero);
+      if constexpr (sizeof(T) == 2) {
+        cudaLaunchConfig_t config = {};
+        config.gridDim = dim3(splits);
+        config.blockDim = dim3(kDecodeThreads);
+        config.dynamicSmemBytes = kQueryMaxDim * sizeof(T);  // the row of x, at its largest
+        cudaLaunchAttribute cluster = cluster_attribute(static_cast<unsigned>(splits));
+        config.attrs = &cluster;
+        config.numAttrs = 1;
+        int clusters = 0;
+        check(cudaOccupancyMaxActiveClusters(
+                  &clusters, decode_attention_kernel<T, T, true, 8, true, false>, &config),
+              "decode attention: resident clusters");
+        known.store(int64_t{clusters} * splits);
+      }
+    });
+  }
+  return int64_t{batch} * heads * splits <= known.load();
 }
 
 void decode_attention(Element e, const void* q, int64_t q_stride, const void* k, const void* v,

@@ -144,7 +144,7 @@ class Pass {
                         int64_t block_rows, int8_t* q, float* scales, Buffer& scratch);
   // One linear layer of a decode step (m ≤ 16 rows) in one launch (decode_linear): y =
   // [gelu](norm(x) · Wᵀ + bias) (+ residual, which may be y), or with `scatter` the layer's output
-  // split into y and the K/V caches. Null norm, residual, scatter: absent. From 8 rows (12 with
+  // split into y and the K/V caches. Null norm, residual, scatter: absent. From 8 rows (10 with
   // Q8_0 weights) skinny_linear takes the layer where it runs instead, the faster one there (its
   // GELU the fitted form of the products' epilogues); HARK_CUDA_SKINNY_STEP=0 or 1 forces one
   // kernel for every row count, to compare.

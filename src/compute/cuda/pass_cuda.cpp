@@ -69,9 +69,10 @@ bool takes_skinny_linear(const Matrix& w, int64_t m, const void* x) {
 // The rows from which skinny_linear takes the fused step's layers (Pass::step_linear) from
 // decode_linear. Large-v3's step, ms (bench/RESULTS.md, thirty-first session): 16-bit weights,
 // decode_linear against skinny_linear, 1.46 / 1.67 at 1 sequence, 2.28 / 2.32 at 6, 1.97 / 1.97
-// at 7, 2.04 / 2.01 at 8; Q8_0 weights, 2.01 / 2.30 at 8 and 3.12 / 2.79 at 16.
-// HARK_CUDA_SKINNY_STEP=0 or 1 forces one of them (to compare).
-constexpr int64_t kSkinnyStepMinRows = 8, kSkinnyStepMinRowsQ8 = 12;
+// at 7, 2.04 / 2.01 at 8; Q8_0 weights, 2.01 / 2.30 at 8 and 3.12 / 2.79 at 16. On an H100
+// (thirty-second session), Q8_0 with native K/V: 3.04 / 3.21 at 9, 3.59 / 3.30 at 10, 3.39 / 3.38
+// at 11, 3.54 / 3.55 at 12. HARK_CUDA_SKINNY_STEP=0 or 1 forces one of them (to compare).
+constexpr int64_t kSkinnyStepMinRows = 8, kSkinnyStepMinRowsQ8 = 10;
 
 bool step_takes_skinny_linear(const Matrix& w, int64_t m) {
   if (!skinny_linear_enabled(m) || set_to("HARK_CUDA_SKINNY_STEP", "0")) return false;

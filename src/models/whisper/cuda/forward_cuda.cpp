@@ -491,9 +491,9 @@ namespace {
 // from 9 on it multiplies 16 rows and cuBLASLt's products win (large-v3 step, fused vs products:
 // 2.48 vs 2.66 ms at batch 8, 3.73 vs 3.24 at 16; bench/RESULTS.md, tenth session), so larger
 // batches take decoder_blocks' products. Q8_0 weights take the kernel up to 16 rows either way
-// (Pass::linear), so for them the fused step runs up to 16 sequences. For a few sequences (up to
-// 6 of large-v3's 20 heads), the cross-attention computes its own query (cross_query_fused): 7
-// launches a layer.
+// (Pass::linear), so for them the fused step runs up to 16 sequences. For a few sequences (1, 2
+// and 4 of large-v3's 20 heads, native K/V), the cross-attention computes its own query
+// (cross_query_fused): 7 launches a layer.
 //
 // The batch up to which the fused step runs: the environment's HARK_CUDA_FUSED_STEP_MAX_BATCH
 // (0: never) lets a benchmark compare the two forms, else kFusedStepMaxBatch(Q8).
@@ -541,18 +541,24 @@ void cross_attend_step(gpu::Pass& pass, const Config& config, const Weights& w, 
 }
 
 // Whether the fused step's cross-attention computes its own query (gpu::AttentionQuery): for
-// K/V stored natively or in INT8, and the batches the kernel takes it for. HARK_CUDA_FUSED_QUERY=0
-// keeps the query's own launch (to compare; read once).
+// K/V stored natively, the batches the kernel takes it for, and only while its CTAs fit the GPU
+// at once. On an H100 (large-v3, step ms, own query against its own launch; bench/RESULTS.md,
+// thirty-second session), native K/V: 1.59 / 1.60 at 1 sequence, 1.73 / 1.80 at 2, 2.04 / 2.13
+// at 4, but 2.12 / 1.93 at 3 and 2.50 / 2.25 at 5, whose CTAs take two waves; INT8 K/V, whose
+// integer kernel then holds 3 CTAs an SM instead of 4, lost at every batch (1.58 / 1.52 at 1).
+// HARK_CUDA_FUSED_QUERY=0 keeps the query's own launch (to compare; read once).
 bool cross_query_fused(const Config& config, const Weights& w, CrossKv cross, gpu::Element e,
                        int batch) {
   static const bool enabled = [] {
     const char* value = std::getenv("HARK_CUDA_FUSED_QUERY");
     return value == nullptr || value[0] != '0';
   }();
-  const int head_dim = static_cast<int>(config.d_model / config.decoder_heads);
-  return enabled && !over_frames(cross.storage) &&
-         gpu::attention_query_fuses(e, batch, config.decoder_heads, head_dim, config.d_model,
-                                    w.decoder_layers[0].cross_q.weight.q8_0);
+  const int heads = config.decoder_heads;
+  const int head_dim = static_cast<int>(config.d_model / heads);
+  return enabled && cross.storage == CrossKvStorage::native &&
+         gpu::attention_query_fuses(e, batch, heads, head_dim, config.d_model,
+                                    w.decoder_layers[0].cross_q.weight.q8_0) &&
+         gpu::attention_query_in_one_wave(e, batch, heads, head_dim);
 }
 
 bool fused_step_fits(const Config& config, const Weights& w, int batch) {
