@@ -174,6 +174,8 @@ if has experiments; then
   # batch of the fused step on one kernel (the default switches at 8 sequences, 10 with Q8_0);
   # query-launch gives the cross-attention's query a launch of its own at every batch (the default
   # computes it inside the attention only with native K/V: HARK_EXP_CROSS_KV=native).
+  # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
+  # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
   # name | weights | environment
   variants=(
@@ -193,13 +195,17 @@ if has experiments; then
     for variant in "${variants[@]}"; do
       IFS='|' read -r name type settings <<< "$variant"
       [[ -n "${HARK_EXP_VARIANTS:-}" && " $HARK_EXP_VARIANTS " != *" $name "* ]] && continue
-      log="$out/experiment-$name-$round.log"
-      env $settings HARK_CUDA_CROSS_KV="${HARK_EXP_CROSS_KV:-int8}" timeout 300 "$build/hark" \
-        bench --device cuda --model "${HARK_EXP_MODEL:-large-v3}" --type "$type" \
-        --batches "${HARK_EXP_BATCHES:-1,4,8,16,32}" --tokens 60 --windows 1 > "$log" 2>&1
-      echo "-- $name, round $round (exit $?): $type $settings" >> "$summary"
-      # The table's rows: batch first.
-      grep -E "^ *[0-9]+ " "$log" >> "$summary"
+      for binary in ${HARK_EXP_BASELINE:+"$HARK_EXP_BASELINE"} "$build/hark"; do
+        label=$name
+        [ "$binary" != "$build/hark" ] && label="$name@baseline"
+        log="$out/experiment-$label-$round.log"
+        env $settings HARK_CUDA_CROSS_KV="${HARK_EXP_CROSS_KV:-int8}" timeout 300 "$binary" \
+          bench --device cuda --model "${HARK_EXP_MODEL:-large-v3}" --type "$type" \
+          --batches "${HARK_EXP_BATCHES:-1,4,8,16,32}" --tokens 60 --windows 1 > "$log" 2>&1
+        echo "-- $label, round $round (exit $?): $type $settings" >> "$summary"
+        # The table's rows: batch first.
+        grep -E "^ *[0-9]+ " "$log" >> "$summary"
+      done
     done
   done
 fi
