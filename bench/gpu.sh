@@ -11,7 +11,7 @@
 # the runs hark bench brackets, large-v3 batch 1, 16 and 64 (F16; Q8_0 at 1 and 16) and the
 # Parakeet batch, summed by name by bench/ncu_summary.py), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
 # HARK_NCU_RUN; see the stage), experiments (the step's products each way, against the
-# default: large-v3's step at batch 1-32), hour (an hour of audio through hark run with random-weight
+# default: large-v3's step at batch 1-32; HARK_EXP_BASELINE adds a second binary), hour (an hour of audio through hark run with random-weight
 # large-v3-turbo and large-v3 checkpoints), short (30-s and 5-min files through hark run in the
 # sequential mode, same checkpoints). Default: the first four. Full logs go
 # to OUT_DIR; a short summary is printed last. BUILD_DIR (default build-gpu) holds hark and tests/hark_tests, built with
