@@ -15,16 +15,26 @@
 //     The codes' offset, 1152 in these units, comes off at the end as 1152 · Σ P per head (the
 //     sum of the F16 values the tensor cores took).
 //
-// A CTA of two warpgroups takes a query row and a range of frames (a split; the splits of a row
-// form a cluster and merge as frame_splits.cuh does). The tiles come by TMA (one thread issues
-// a tile's chunks, an mbarrier per stage counts their bytes). Per tile:
-//   S: each warpgroup over half the width's 128-byte chunks (5 for large-v3), the second's
-//     partial sums passed to the first through shared memory;
-//   softmax: the first warpgroup scales S by the frame scales, keeps each head's running max
-//     (its threads' partial sums of P stay per thread until the end) and writes P for the
-//     values' product over the same shared memory;
-//   O: each warpgroup over its half of the width's rows: 5 pairs of 64-row tiles for large-v3,
-//     120 F32 accumulators a thread.
+// A CTA takes a query row and a range of frames (a split; the splits of a row form a cluster
+// and merge as frame_splits.cuh does). The tiles come by TMA (one thread issues a tile's chunks,
+// an mbarrier per stage counts their bytes). Two value warpgroups each multiply their half of
+// the width's rows of O (5 pairs of 64-row tiles for large-v3, 120 F32 accumulators a thread).
+// Who computes S and the softmax makes the kernel's two forms:
+//   - in turn (the default; frame_attention_int8_kernel): the two warpgroups compute half of
+//     S each (their halves of the width's chunks), the second passes its partial sums to the
+//     first through shared memory, the first runs the softmax and writes P while the second
+//     waits, and then both multiply. The tensor cores idle through the softmax and the barriers
+//     around it: at batch 120 the kernel takes 4.2 µs a tile (101.6 µs a layer of large-v3),
+//     where the tile's bytes take about 2.5 and its products about 1 (bench/RESULTS.md,
+//     thirty-third session).
+//   - in two roles (HARK_CUDA_FRAME_ROLES=1; frame_attention_int8_roles_kernel): a third
+//     warpgroup, the scorer, computes a tile's S over the whole width and its softmax and writes
+//     P into one of two buffers, while the value warpgroups multiply the tile before it. A
+//     stage is free once both value warpgroups have its words in registers (the first thread of
+//     the first one then asks for the tile two on), a buffer of P once their products of it are
+//     done; mbarriers hand both over. Written in the thirty-third session, which had no GPU: it
+//     has not run yet, and the default stays until it has been measured.
+// Both forms take every step below from the same functions.
 //
 // The tile is stored as wgmma's K-major operand in the 128-byte swizzle: per 128 columns a
 // [64 frames][128 bytes] block, 16-byte piece p of frame t at p ^ (t % 8). For O, 64-row tiles
@@ -37,6 +47,8 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
@@ -51,28 +63,43 @@ namespace {
 
 using namespace hopper;
 
-constexpr int kWarpgroups = 2;
-constexpr int kThreads = 128 * kWarpgroups;
 constexpr int kTile = 64;  // frames a tile: the M of the score product
 constexpr int kStages = 2;
 constexpr int kHeads = 24;  // N of O's product and of each byte of S's: the heads, padded
 static_assert(kHeads == kMaxFrameHeads);
 constexpr int kMaxWidth = 1280;
-constexpr int kMaxPairs = kMaxWidth / 128 / kWarpgroups;   // pairs of 64-row O tiles a warpgroup
+constexpr int kValueGroups = 2;  // warpgroups on O's product, in either form
+constexpr int kMaxPairs = kMaxWidth / 128 / kValueGroups;  // pairs of 64-row O tiles a warpgroup
 constexpr int kOperandRowBytes = 128;                      // the 128-byte swizzle's rows
 constexpr int kTileChunkBytes = kTile * kOperandRowBytes;  // 128 columns of a tile's frames
 constexpr int kQueryChunkBytes = 2 * kHeads * kOperandRowBytes;  // 128 columns of hi and lo
-constexpr int kExchangeBytes = kTile * kHeads * 4;               // S partial F32, then P F16
-constexpr int kStatsBytes = 1024;     // the stages' barriers, per-warp maxima, rescales, the
-                                      // queries' scales and sums
-constexpr float kLazyRescale = 8.0f;  // in log2 units (above)
+constexpr int kProbabilityBytes = kHeads * kTile * 2;            // P: F16 [24 heads][64 frames]
+constexpr int kBuffers = 2;  // of P and its rescale factors, in two roles
+// In turn, S's partial sums F32 [64][24] and then P; in two roles, the buffers of P.
+constexpr int kExchangeBytes = kBuffers * kProbabilityBytes;
+static_assert(kTile * kHeads * 4 == kExchangeBytes);
+constexpr int kStatsBytes = 1024;     // barriers, maxima, rescales, the queries' scales (below)
+constexpr float kLazyRescale = 8.0f;  // in log2 units (write_probabilities)
+constexpr float kCodeBias = 1152.0f;  // 1024 + 128
+
+// The two forms' threads: the value warpgroups, and in two roles the scorer before them.
+constexpr int kTurnThreads = 128 * kValueGroups;
+constexpr int kRolesThreads = 128 + 128 * kValueGroups;
+// setmaxnreg in two roles: the scorer gives registers back for the value warpgroups'
+// accumulators (120 · 128 + 192 · 256 ≤ 168 · 384, what the launch gives the CTA; ptxas keeps
+// each role within its count: at 152 / 176 the value warpgroups spill).
+constexpr int kScorerRegisters = 120;
+constexpr int kValueRegisters = 192;
+static_assert(kScorerRegisters + kValueGroups * kValueRegisters <= 3 * 168);
+// Named barriers: 0 is __syncthreads', 1 a warpgroup's own; in two roles, the whole CTA meets
+// at these at the end (the finals are in; the output is in).
+constexpr int kFinalsBarrier = 2, kOutputBarrier = 3;
 
 // Shared memory: the queries (B of S: width / 128 chunks of [48 rows: hi of 24 heads, then lo]
-// [128 bytes] in the 128-byte swizzle), the exchange (S partial, then B of O: [24 heads][64
-// frames] F16, swizzled), the stats and the two stages of byte tiles (A of S: width / 128 chunks
-// of [64 frames][128 bytes], swizzled). After the last tile, the stages hold the
-// unnormalised output F32 [24][width + 4] and the queries' space the final max and sum and the
-// merge coefficients.
+// [128 bytes] in the 128-byte swizzle), the exchange (above; P is B of O: [24 heads][64 frames]
+// F16, swizzled), the stats and the two stages of byte tiles (A of S: width / 128 chunks of [64
+// frames][128 bytes], swizzled). After the last tile, the stages hold the unnormalised output
+// F32 [24][width + 4] and the queries' space the finals (Finals).
 struct Layout {
   int queries, exchange, stats, tiles, bytes;
   __host__ __device__ static constexpr Layout of(int width) {
@@ -86,10 +113,73 @@ struct Layout {
   }
 };
 static_assert(Layout::of(kMaxWidth).bytes <= 227 * 1024, "shared memory of one CTA");
+static_assert(kProbabilityBytes % 1024 == 0, "each buffer of P starts where B may");
 static_assert(kHeads * (kMaxWidth + 4) * 4 <= kStages * kTile * kMaxWidth, "output in the stages");
-static_assert(4 * (3 + kMaxFrameSplits) * kMaxFrameHeads <= kQueryChunkBytes);
-static_assert(8 * kStages + 4 * (4 * kHeads + 2 * kHeads + 1 + 4 * kHeads) <= kStatsBytes);
-static_assert(2 * 4 * 4 * kHeads <= kExchangeBytes);
+
+// The stats' space: the barriers (a stage full, a stage free, a buffer of P full, free: the
+// form in turn uses the first only), each of the softmax's warps' maxima of a tile (until the
+// first tile, the query's byte sums: each head's Σ hi and Σ lo per half of the width), the
+// rescale factors of each buffer and whether any is not 1, and each head's s₁.
+struct Stats {
+  uint64_t *tile_full, *tile_free, *p_full, *p_free;
+  float* warp_max;     // [4][kHeads]
+  int* byte_sums;      // [2][kHeads][2], in warp_max's place
+  float* rescale;      // [kBuffers][kHeads]
+  int* rescaled;       // [kBuffers]
+  float* query_scale;  // [kHeads]
+  __device__ static Stats at(unsigned char* base) {
+    Stats s;
+    s.tile_full = reinterpret_cast<uint64_t*>(base);
+    s.tile_free = s.tile_full + kStages;
+    s.p_full = s.tile_free + kStages;
+    s.p_free = s.p_full + kBuffers;
+    s.warp_max = reinterpret_cast<float*>(s.p_free + kBuffers);
+    s.byte_sums = reinterpret_cast<int*>(s.warp_max);
+    s.rescale = s.warp_max + 4 * kHeads;
+    s.rescaled = reinterpret_cast<int*>(s.rescale + kBuffers * kHeads);
+    s.query_scale = reinterpret_cast<float*>(s.rescaled + kBuffers);
+    return s;
+  }
+};
+static_assert(8 * (2 * kStages + 2 * kBuffers) + 4 * (4 * kHeads + kBuffers * kHeads + kBuffers) +
+                  4 * kHeads <=
+              kStatsBytes);
+static_assert(2 * kHeads * 2 <= 4 * kHeads, "the byte sums fit where the warps' maxima go");
+
+// The finals, in the queries' space once the last tile's S is done: each head's max, sum and
+// codes' offset, the merge's coefficients, and the softmax warps' sums of P on their way.
+struct Finals {
+  float *max, *sum, *offset, *coefficients;
+  float* warp_sums;  // [2][4][kHeads]: P, and P times the frame scales
+  __device__ static Finals at(unsigned char* queries) {
+    float* const f = reinterpret_cast<float*>(queries);
+    return {f, f + kMaxFrameHeads, f + 2 * kMaxFrameHeads, f + 3 * kMaxFrameHeads,
+            f + (3 + kMaxFrameSplits) * kMaxFrameHeads};
+  }
+};
+static_assert(4 * (3 + kMaxFrameSplits) * kMaxFrameHeads + 4 * 2 * 4 * kHeads <= kQueryChunkBytes);
+
+// Where a CTA works: its query row, the row's window and its scales, and its split's tiles.
+struct Place {
+  int64_t row;
+  int window;
+  const float *frame_scales, *channel_scales;
+  int tile_begin, tile_end;
+};
+__device__ __forceinline__ Place place_of(const Int8Frames& frames, int rows_per_window,
+                                          int frame_count, int width) {
+  Place p;
+  const int splits = gridDim.x, split = blockIdx.x;
+  p.row = blockIdx.z;
+  p.window = frames.windowed ? static_cast<int>(p.row / rows_per_window) : 0;
+  p.frame_scales = frames.frame_scales + p.window * frame_count;
+  p.channel_scales = frames.channel_scales + p.window * width;
+  const int tile_count = (frame_count + kTile - 1) / kTile;
+  const int tiles_per_split = (tile_count + splits - 1) / splits;
+  p.tile_begin = min(tile_count, split * tiles_per_split);
+  p.tile_end = min(tile_count, p.tile_begin + tiles_per_split);
+  return p;
+}
 
 __device__ __forceinline__ uint32_t load_word(const unsigned char* shared) {
   return *reinterpret_cast<const uint32_t*>(shared);
@@ -102,7 +192,6 @@ __device__ __forceinline__ uint32_t biased_pair(uint32_t bytes, uint32_t selecto
   return __byte_perm(bytes, 0x64646464u, selector);
 }
 constexpr uint32_t kLowPair = 0x4140, kHighPair = 0x4342;
-constexpr float kCodeBias = 1152.0f;  // 1024 + 128
 
 // d += a · bᵀ for a 64 × 16 tile a in registers (the A fragment of wgmma_64x64x16_registers) and
 // a 24 × 16 tile b, K-major in shared memory (its descriptor). Thread t of the warpgroup holds
@@ -136,67 +225,26 @@ __device__ __forceinline__ void wgmma_64x48x32_bytes(int (&d)[24], uint64_t a, u
 constexpr uint64_t kStepUnits = 32 / 16;
 constexpr uint64_t kTileChunkUnits = kTileChunkBytes / 16, kQueryChunkUnits = kQueryChunkBytes / 16;
 
-__global__ void __launch_bounds__(kThreads, 1)
-    frame_attention_int8_kernel(const __half* __restrict__ queries,
-                                const __grid_constant__ CUtensorMap codes_map, Int8Frames frames,
-                                int rows_per_window, int frame_count, int heads, int width,
-                                __half* __restrict__ out) {
-  extern __shared__ __align__(1024) unsigned char shared[];
-  const Layout layout = Layout::of(width);
-  unsigned char* const query_chunks = shared + layout.queries;
-  unsigned char* const exchange = shared + layout.exchange;
-  uint64_t* const tile_full = reinterpret_cast<uint64_t*>(shared + layout.stats);  // [kStages]
-  float* const warp_max = reinterpret_cast<float*>(tile_full + kStages);           // [4][kHeads]
-  float* const rescale = warp_max + 4 * kHeads;                                    // [kHeads]
-  int* const rescaled = reinterpret_cast<int*>(rescale + kHeads);  // whether any factor is not 1
-  float* const query_scale = rescale + kHeads + 1;                 // s₁ of each head [kHeads]
-  // Per warpgroup's chunks, each head's Σ hi and Σ lo: [2][kHeads][2].
-  int* const byte_sums = reinterpret_cast<int*>(query_scale + kHeads);
-  unsigned char* const tiles = shared + layout.tiles;
-  // The swizzled operands assume the 1024-byte alignment asked for above, which dynamic shared
-  // memory without static shared memory has; there is no room to align it here.
-  if ((shared_address(shared) & 1023) != 0) __trap();
-
-  allow_dependent_kernels();
-  const int splits = gridDim.x, split = blockIdx.x;
-  const int64_t row = blockIdx.z;
-  const int window = frames.windowed ? static_cast<int>(row / rows_per_window) : 0;
-  const float* const frame_scales = frames.frame_scales + window * frame_count;
-  const float* const channel_scales = frames.channel_scales + window * width;
-
-  const int tile_count = (frame_count + kTile - 1) / kTile;
-  const int tiles_per_split = (tile_count + splits - 1) / splits;
-  const int tile_begin = min(tile_count, split * tiles_per_split);
-  const int tile_end = min(tile_count, tile_begin + tiles_per_split);
-
-  // The warpgroup through a shuffle: ptxas then knows it is the same in every lane, and so are
-  // the loops and branches it decides, without which it serialises every wgmma of the kernel.
-  const int thread = threadIdx.x, group_thread = thread % 128;
-  const int warpgroup = __shfl_sync(0xffffffffu, thread / 128, 0);
-  const int warp = group_thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
-  const int stage_bytes = kTile * width;
-
-  // A tile by TMA, its 128-byte chunks of columns one box each (frames past the window's end
-  // arrive as zeros); thread 0 issues it.
-  const auto load_tile = [&](int tile, int stage) {
-    unsigned char* const target = tiles + stage * stage_bytes;
-    barrier_expect_bytes(&tile_full[stage], static_cast<uint32_t>(stage_bytes));
-    for (int chunk = 0; chunk < width / 128; ++chunk) {
-      tma_load(target + chunk * kTileChunkBytes, &codes_map, &tile_full[stage], chunk * 128,
-               tile * kTile, window);
-    }
-  };
-  if (thread == 0) {
-    for (int stage = 0; stage < kStages; ++stage) barrier_init(&tile_full[stage], 1);
-    barrier_init_fence();
-    if (tile_begin < tile_end) load_tile(tile_begin, 0);
+// A tile by TMA into a stage (kTile · width bytes), its 128-byte chunks of columns one box each
+// (frames past the window's end arrive as zeros); `full` counts its bytes.
+__device__ __forceinline__ void load_tile(const CUtensorMap* codes_map, unsigned char* target,
+                                          uint64_t* full, int width, int tile, int window) {
+  barrier_expect_bytes(full, static_cast<uint32_t>(kTile * width));
+  for (int chunk = 0; chunk < width / 128; ++chunk) {
+    tma_load(target + chunk * kTileChunkBytes, codes_map, full, chunk * 128, tile * kTile, window);
   }
+}
 
-  // The queries times the channel scales as two signed bytes a value (above): first each head's
-  // largest magnitude, then the bytes, a thread per head and 16 columns at a time. The first
-  // warpgroup's S takes chunks [0, first_chunks), the second the rest.
-  const int chunks = width / 128, first_chunks = (chunks + 1) / 2;
-  const __half* const query = queries + row * heads * width;
+// The query row times the channel scales as two signed bytes a value (above), into the
+// queries' chunks: first each head's largest magnitude (its s₁ = largest / 127), then the
+// bytes, a thread per head and 16 columns at a time, with each head's Σ hi and Σ lo over the
+// first `first_chunks` chunks and over the rest. Every thread of the CTA calls it; it ends with
+// the CTA synchronised and the chunks visible to wgmma.
+template <int kThreads>
+__device__ __forceinline__ void quantize_query(const __half* query, const float* channel_scales,
+                                               int heads, int width, int first_chunks,
+                                               unsigned char* query_chunks, const Stats& stats) {
+  const int thread = threadIdx.x;
   const int pieces_of_heads = kHeads * (width / 16);
   const auto scaled_query = [&](int h, int column, float(&values)[16]) {
     __half raw[16];
@@ -212,8 +260,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       values[4 * q + 3] = __half2float(raw[4 * q + 3]) * scales.w;
     }
   };
-  if (thread < kHeads) query_scale[thread] = 0.0f;
-  if (thread < 4 * kHeads) byte_sums[thread] = 0;
+  if (thread < kHeads) stats.query_scale[thread] = 0.0f;
+  if (thread < 4 * kHeads) stats.byte_sums[thread] = 0;
   __syncthreads();
   for (int i = thread; i < pieces_of_heads; i += kThreads) {
     const int h = i / (width / 16), column = i % (width / 16) * 16;
@@ -224,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int j = 0; j < 16; ++j) largest = fmaxf(largest, fabsf(values[j]));
     // Non-negative floats order as their bits do.
-    atomicMax(reinterpret_cast<int*>(query_scale + h), __float_as_int(largest));
+    atomicMax(reinterpret_cast<int*>(stats.query_scale + h), __float_as_int(largest));
   }
   __syncthreads();
   for (int i = thread; i < pieces_of_heads; i += kThreads) {
@@ -234,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (h < heads) {
       float values[16];
       scaled_query(h, column, values);
-      const float largest = query_scale[h];
+      const float largest = stats.query_scale[h];
       const float high_step = largest > 0.0f ? largest / 127.0f : 1.0f;
       const float low_step = high_step / 254.0f;
 #pragma unroll
@@ -248,8 +296,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         lo[j / 4] |= (static_cast<uint32_t>(static_cast<int>(low)) & 0xFFu) << (8 * (j % 4));
       }
       const int half = column / 128 < first_chunks ? 0 : 1;
-      atomicAdd(byte_sums + (half * kHeads + h) * 2, hi_sum);
-      atomicAdd(byte_sums + (half * kHeads + h) * 2 + 1, lo_sum);
+      atomicAdd(stats.byte_sums + (half * kHeads + h) * 2, hi_sum);
+      atomicAdd(stats.byte_sums + (half * kHeads + h) * 2 + 1, lo_sum);
     }
     unsigned char* const chunk = query_chunks + (column / 128) * kQueryChunkBytes;
     const int piece = column % 128 / 16;
@@ -261,297 +309,330 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   fence_shared_for_tma();
   __syncthreads();
+}
 
-  // The lane's heads' s₁ and, over this warpgroup's chunks, 128 Σ hi and 128 Σ lo.
+// The lane's six heads 8j + 2c + e (index 2j + e): their s₁, and 128 Σ hi and 128 Σ lo over
+// halves [first_half, first_half + halves) of the width, the codes' offset of S over those
+// chunks.
+struct LaneQuery {
   float high_steps[6];
   int hi_offsets[6], lo_offsets[6];
+};
+__device__ __forceinline__ LaneQuery lane_query(const Stats& stats, int c, int first_half,
+                                                int halves) {
+  LaneQuery q;
 #pragma unroll
   for (int k = 0; k < 6; ++k) {
     const int h = 8 * (k / 2) + 2 * c + k % 2;
-    const float largest = query_scale[h];
-    high_steps[k] = largest > 0.0f ? largest / 127.0f : 1.0f;
-    hi_offsets[k] = 128 * byte_sums[(warpgroup * kHeads + h) * 2];
-    lo_offsets[k] = 128 * byte_sums[(warpgroup * kHeads + h) * 2 + 1];
+    const float largest = stats.query_scale[h];
+    q.high_steps[k] = largest > 0.0f ? largest / 127.0f : 1.0f;
+    q.hi_offsets[k] = q.lo_offsets[k] = 0;
+    for (int half = first_half; half < first_half + halves; ++half) {
+      q.hi_offsets[k] += 128 * stats.byte_sums[(half * kHeads + h) * 2];
+      q.lo_offsets[k] += 128 * stats.byte_sums[(half * kHeads + h) * 2 + 1];
+    }
   }
+  return q;
+}
 
-  // This warpgroup's chunks of S's width and pairs of O's tiles (the same 128 columns).
-  const int first_pair = warpgroup == 0 ? 0 : first_chunks;
-  const int pair_count = warpgroup == 0 ? first_chunks : chunks - first_chunks;
-  const uint64_t query_descriptor = operand_descriptor(query_chunks);
-  const uint64_t probability_descriptor = operand_descriptor(exchange);
-
-  // The first warpgroup's softmax state for the lane's six heads 8j + 2c + e (index 2j + e).
-  // partial_sum adds P, scaled_sum P times the frame scales as the tensor cores take them (F16).
-  float running_max[6], partial_sum[6], scaled_sum[6];
+// S over chunks [first_chunk, first_chunk + chunk_count) of a tile: hi and lo of every head at
+// once, in integers, then s₁ (hi − 128 Σ hi) + s₂ (lo − 128 Σ lo) per head (the codes' offset
+// off), into the lane's scores (index 4j + 2i + e: frame 16 warp + g + 8i, head 8j + 2c + e).
+__device__ __forceinline__ void score_chunks(const unsigned char* tile_bytes,
+                                             const unsigned char* query_chunks, int first_chunk,
+                                             int chunk_count, const LaneQuery& q,
+                                             float (&scores)[12]) {
+  int sums[24];
 #pragma unroll
-  for (int k = 0; k < 6; ++k) running_max[k] = -INFINITY, partial_sum[k] = scaled_sum[k] = 0.0f;
+  for (int k = 0; k < 24; ++k) sums[k] = 0;
+  fence_registers(sums);
+  wgmma_fence();
+  const uint64_t x_descriptor = operand_descriptor(tile_bytes);
+  const uint64_t query_descriptor = operand_descriptor(query_chunks);
+  for (int chunk = first_chunk; chunk < first_chunk + chunk_count; ++chunk) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      wgmma_64x48x32_bytes(sums, x_descriptor + chunk * kTileChunkUnits + k * kStepUnits,
+                           query_descriptor + chunk * kQueryChunkUnits + k * kStepUnits);
+    }
+  }
+  wgmma_commit();
+  wgmma_wait<0>();
+  fence_registers(sums);
+#pragma unroll
+  for (int k = 0; k < 12; ++k) {
+    const int head = 2 * (k / 4) + k % 2;  // index of the lane's heads
+    scores[k] = q.high_steps[head] * static_cast<float>(sums[k] - q.hi_offsets[head]) +
+                q.high_steps[head] * (1.0f / 254.0f) *
+                    static_cast<float>(sums[k + 12] - q.lo_offsets[head]);
+  }
+}
 
-  float acc[kMaxPairs][2][12];
+// Visits the lane's scores: index 4j + 2i + e, at frame 16 warp + g + 8i of the tile, of head
+// 8j + 2c + e (the lane's head 2j + e).
+template <class Visit>
+__device__ __forceinline__ void for_each_score(int c, Visit visit) {
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) visit(4 * j + 2 * i + e, i, 2 * j + e, 8 * j + 2 * c + e);
+    }
+  }
+}
+
+// The frame scales of a tile's rows 16 warp + g and + 8 (0 past the frames).
+__device__ __forceinline__ void load_frame_scales(const Place& place, int frame_count, int tile,
+                                                  int warp, int g, float (&frame_scale)[2]) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int frame = tile * kTile + 16 * warp + g + 8 * i;
+    frame_scale[i] = frame < frame_count ? place.frame_scales[frame] : 0.0f;
+  }
+}
+
+// The softmax's state for the lane's six heads (index 2j + e): the running max (in log2 units),
+// and per thread until the end, the sum of P and of P times the frame scales as the tensor cores
+// take them (F16).
+struct Softmax {
+  float running_max[6], partial_sum[6], scaled_sum[6];
+  __device__ Softmax() {
+#pragma unroll
+    for (int k = 0; k < 6; ++k) running_max[k] = -INFINITY, partial_sum[k] = scaled_sum[k] = 0.0f;
+  }
+};
+
+// A tile's scores scaled by the frames' scales (the codes' 1/127 too) and log2(e), for exp2
+// (frames past the end score −inf), and each warp's maxima of them into warp_max.
+__device__ __forceinline__ void tile_maxima(float (&scores)[12], const float (&frame_scale)[2],
+                                            float* warp_max, int warp, int g, int c) {
+  float tile_max[6];
+#pragma unroll
+  for (int k = 0; k < 6; ++k) tile_max[k] = -INFINITY;
+  for_each_score(c, [&](int k, int i, int head, int) {
+    scores[k] =
+        frame_scale[i] > 0.0f ? scores[k] * (frame_scale[i] * (kLog2e / 127.0f)) : -INFINITY;
+    tile_max[head] = fmaxf(tile_max[head], scores[k]);
+  });
+#pragma unroll
+  for (int k = 0; k < 6; ++k) {
+#pragma unroll
+    for (int mask = 4; mask < 32; mask *= 2) {
+      tile_max[k] = fmaxf(tile_max[k], __shfl_xor_sync(0xffffffffu, tile_max[k], mask));
+    }
+  }
+  if (g == 0) {
+#pragma unroll
+    for (int k = 0; k < 6; ++k) warp_max[warp * kHeads + 8 * (k / 2) + 2 * c + k % 2] = tile_max[k];
+  }
+}
+
+// Once every warp's maxima are in: the running max moves only when the tile's exceeds it by
+// more than kLazyRescale (so that P stays under 2^kLazyRescale), which most tiles then leave O
+// alone for; each head's factor goes to rescale, whether any is not 1 to *rescaled. Then P, and
+// P times the frame scale, into `probabilities` as B of O: head h's row, frame t at 16-byte
+// piece t / 8 ^ h % 8, made visible to wgmma.
+__device__ __forceinline__ void write_probabilities(
+    const float (&scores)[12], const float (&frame_scale)[2], const float* warp_max, Softmax& state,
+    float* rescale, int* rescaled, unsigned char* probabilities, int warp, int g, int c) {
+  float reference[6];
+  bool raised = false;
+#pragma unroll
+  for (int k = 0; k < 6; ++k) {
+    const int h = 8 * (k / 2) + 2 * c + k % 2;
+    float tile_best = warp_max[h];
+#pragma unroll
+    for (int w = 1; w < 4; ++w) tile_best = fmaxf(tile_best, warp_max[w * kHeads + h]);
+    const bool raise = tile_best > state.running_max[k] + kLazyRescale;
+    const float factor = raise ? fast_exp2(state.running_max[k] - tile_best) : 1.0f;
+    if (raise) state.running_max[k] = tile_best;
+    reference[k] = exp_reference(state.running_max[k]);
+    state.partial_sum[k] *= factor;
+    state.scaled_sum[k] *= factor;
+    raised |= raise;
+    if (warp == 0 && g == 0) rescale[h] = factor;
+  }
+  raised = __any_sync(0xffffffffu, raised);
+  if (warp == 0 && (g | c) == 0) *rescaled = raised;
+  for_each_score(c, [&](int k, int i, int head, int h) {
+    const int t = 16 * warp + g + 8 * i;
+    const float p = fast_exp2(scores[k] - reference[head]);
+    const __half scaled = __float2half(p * frame_scale[i]);
+    state.partial_sum[head] += p;
+    state.scaled_sum[head] += __half2float(scaled);
+    *reinterpret_cast<__half*>(probabilities + h * kOperandRowBytes + (((t / 8) ^ (h & 7)) * 16) +
+                               (t % 8) * 2) = scaled;
+  });
+  fence_shared_for_tma();
+}
+
+// O's accumulators: each head's column times its rescale factor, where a factor is not 1
+// (*rescaled read through a shuffle: uniform, as ptxas must see).
+using ValueAccumulators = float[kMaxPairs][2][12];
+__device__ __forceinline__ void clear(ValueAccumulators& acc) {
 #pragma unroll
   for (int p = 0; p < kMaxPairs; ++p) {
 #pragma unroll
     for (int k = 0; k < 12; ++k) acc[p][0][k] = acc[p][1][k] = 0.0f;
   }
+}
 
-  for (int tile = tile_begin, round = 0; tile < tile_end; ++tile, ++round) {
-    barrier_wait(&tile_full[round % kStages], (round / kStages) & 1);
-    __syncthreads();  // the last tile's products are done with the exchange and the other stage
-    if (thread == 0 && tile + 1 < tile_end) load_tile(tile + 1, (round + 1) % kStages);
-    const unsigned char* const x = tiles + (round % kStages) * stage_bytes;
-    // The first warpgroup's frame scales of this tile (rows 16 warp + g and + 8), in flight
-    // during S; 0 past the frames.
-    float frame_scale[2] = {0.0f, 0.0f};
-    if (warpgroup == 0) {
+// A value warpgroup's pairs of O's 64-row tiles, which are also its chunks of S in turn: the
+// first takes [0, ⌈chunks / 2⌉), the second the rest.
+struct Pairs {
+  int first, count;
+};
+__device__ __forceinline__ Pairs pairs_of(int value_group, int chunks) {
+  const int first_count = (chunks + 1) / 2;
+  return value_group == 0 ? Pairs{0, first_count} : Pairs{first_count, chunks - first_count};
+}
+__device__ __forceinline__ void rescale_values(ValueAccumulators& acc, const float* rescale,
+                                               const int* rescaled, int c) {
+  // The last tile's products are done already; without a wait here ptxas does not see that in
+  // the form in two roles and serialises every wgmma of the kernel (its -v output says so).
+  wgmma_wait<0>();
+  if (!__shfl_sync(0xffffffffu, *rescaled, 0)) return;
+  float factor[6];
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        const int frame = tile * kTile + 16 * warp + g + 8 * i;
-        if (frame < frame_count) frame_scale[i] = frame_scales[frame];
-      }
+  for (int k = 0; k < 6; ++k) factor[k] = rescale[8 * (k / 2) + 2 * c + k % 2];
+#pragma unroll
+  for (int p = 0; p < kMaxPairs; ++p) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int k = 0; k < 12; ++k) acc[p][half][k] *= factor[2 * (k / 4) + k % 2];
+      fence_registers(acc[p][half]);
     }
+  }
+}
 
-    // S over this warpgroup's chunks: hi and lo of every head at once, in integers, then
-    // s₁ (hi − 128 Σ hi) + s₂ (lo − 128 Σ lo) per head (the codes' offset off).
-    float scores[12];
-    {
-      int sums[24];
+// Oᵀ += Xᵀ · Pᵀ over pairs [first_pair, first_pair + pair_count) of a tile's 64-row tiles, P
+// at probability_descriptor: two fragments a commit, two sets of registers in turn, each
+// group's words loaded before the previous group's products are waited for. after_loads() runs
+// once every word of the tile this thread reads is in registers, before the last products are
+// waited for; the function returns with them done.
+template <class AfterLoads>
+__device__ __forceinline__ void multiply_tile(ValueAccumulators& acc,
+                                              const unsigned char* tile_bytes,
+                                              uint64_t probability_descriptor, int first_pair,
+                                              int pair_count, int warp, int g, int c,
+                                              AfterLoads after_loads) {
+  // The words of frames t, t + 1, t + 8, t + 9 (t = 16 step + 2c) at the lane's 4 columns of
+  // pair p; rows t and t + 8 share t's swizzle, t + 1 and t + 9 that of t + 1.
+  const int word = 4 * (8 * warp + g);  // byte of the pair's 128 columns
+  const int even_at = ((word / 16) ^ (2 * c)) * 16 + word % 16;
+  const int odd_at = ((word / 16) ^ (2 * c + 1)) * 16 + word % 16;
+  const auto load_words = [&](int p, int step, uint32_t(&words)[4]) {
+    const unsigned char* const rows =
+        tile_bytes + (first_pair + p) * kTileChunkBytes + (16 * step + 2 * c) * kOperandRowBytes;
+    words[0] = load_word(rows + even_at);
+    words[1] = load_word(rows + kOperandRowBytes + odd_at);
+    words[2] = load_word(rows + 8 * kOperandRowBytes + even_at);
+    words[3] = load_word(rows + 9 * kOperandRowBytes + odd_at);
+  };
+  uint32_t fragments[2][2][4] = {};  // [set][tile of the pair]
+  uint32_t next_words[4] = {};
+  if (pair_count > 0) load_words(0, 0, next_words);
 #pragma unroll
-      for (int k = 0; k < 24; ++k) sums[k] = 0;
-      fence_registers(sums);
-      wgmma_fence();
-      const uint64_t x_descriptor = operand_descriptor(x);
-      for (int chunk = first_pair; chunk < first_pair + pair_count; ++chunk) {
+  for (int p = 0; p < kMaxPairs; ++p) {
+    if (p >= pair_count) break;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          wgmma_64x48x32_bytes(sums, x_descriptor + chunk * kTileChunkUnits + k * kStepUnits,
-                               query_descriptor + chunk * kQueryChunkUnits + k * kStepUnits);
-        }
+    for (int step = 0; step < kTile / 16; ++step) {
+      const uint32_t w0 = next_words[0], w1 = next_words[1], w8 = next_words[2], w9 = next_words[3];
+      if (step + 1 < kTile / 16) {
+        load_words(p, step + 1, next_words);
+      } else if (p + 1 < pair_count) {
+        load_words(p + 1, 0, next_words);
       }
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_registers(sums);
-#pragma unroll
-      for (int k = 0; k < 12; ++k) {
-        const int head = 2 * (k / 4) + k % 2;  // index of the lane's heads
-        scores[k] = high_steps[head] * static_cast<float>(sums[k] - hi_offsets[head]) +
-                    high_steps[head] * (1.0f / 254.0f) *
-                        static_cast<float>(sums[k + 12] - lo_offsets[head]);
-      }
-    }
-
-    if (warpgroup == 1) {
-      float* const partial = reinterpret_cast<float*>(exchange) + group_thread * 12;
-#pragma unroll
-      for (int k = 0; k < 12; ++k) partial[k] = scores[k];
-    }
-    __syncthreads();
-
-    if (warpgroup == 0) {
-      const float* const partial = reinterpret_cast<const float*>(exchange) + group_thread * 12;
-      // Visits the lane's scores: index 4j + 2i + e, at frame 16 warp + g + 8i of the tile, of
-      // head 8j + 2c + e (the lane's head 2j + e).
-      const auto for_each_score = [&](auto visit) {
-#pragma unroll
-        for (int j = 0; j < 3; ++j) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e) visit(4 * j + 2 * i + e, i, 2 * j + e, 8 * j + 2 * c + e);
-          }
-        }
-      };
-      // Scale by the frames' scales (the codes' 1/127 too) and log2(e), for exp2; frames past the
-      // end score −inf.
-      float tile_max[6];
-#pragma unroll
-      for (int k = 0; k < 6; ++k) tile_max[k] = -INFINITY;
-      for_each_score([&](int k, int i, int head, int) {
-        scores[k] = frame_scale[i] > 0.0f
-                        ? (scores[k] + partial[k]) * (frame_scale[i] * (kLog2e / 127.0f))
-                        : -INFINITY;
-        tile_max[head] = fmaxf(tile_max[head], scores[k]);
-      });
-#pragma unroll
-      for (int k = 0; k < 6; ++k) {
-#pragma unroll
-        for (int mask = 4; mask < 32; mask *= 2) {
-          tile_max[k] = fmaxf(tile_max[k], __shfl_xor_sync(0xffffffffu, tile_max[k], mask));
-        }
-      }
-      if (g == 0) {
-#pragma unroll
-        for (int k = 0; k < 6; ++k)
-          warp_max[warp * kHeads + 8 * (k / 2) + 2 * c + k % 2] = tile_max[k];
-      }
-      warpgroup_sync(1);  // also: every thread has read its partial S before P overwrites it
-      // The running max moves only when the tile's exceeds it by more than kLazyRescale (so that
-      // P stays under 2^kLazyRescale): most tiles then leave O alone.
-      float reference[6];
-      bool raised = false;
-#pragma unroll
-      for (int k = 0; k < 6; ++k) {
-        const int h = 8 * (k / 2) + 2 * c + k % 2;
-        float tile_best = warp_max[h];
-#pragma unroll
-        for (int w = 1; w < 4; ++w) tile_best = fmaxf(tile_best, warp_max[w * kHeads + h]);
-        const bool raise = tile_best > running_max[k] + kLazyRescale;
-        const float factor = raise ? fast_exp2(running_max[k] - tile_best) : 1.0f;
-        if (raise) running_max[k] = tile_best;
-        reference[k] = exp_reference(running_max[k]);
-        partial_sum[k] *= factor;
-        scaled_sum[k] *= factor;
-        raised |= raise;
-        if (warp == 0 && g == 0) rescale[h] = factor;
-      }
-      raised = __any_sync(0xffffffffu, raised);
-      if (warp == 0 && lane == 0) *rescaled = raised;
-      // P, and P times the frame scale into the exchange as B of O: head h's row, frame t at
-      // 16-byte piece t / 8 ^ h % 8.
-      for_each_score([&](int k, int i, int head, int h) {
-        const int t = 16 * warp + g + 8 * i;
-        const float p = fast_exp2(scores[k] - reference[head]);
-        const __half scaled = __float2half(p * frame_scale[i]);
-        partial_sum[head] += p;
-        scaled_sum[head] += __half2float(scaled);
-        *reinterpret_cast<__half*>(exchange + h * kOperandRowBytes + (((t / 8) ^ (h & 7)) * 16) +
-                                   (t % 8) * 2) = scaled;
-      });
-      fence_shared_for_tma();
-    }
-    __syncthreads();  // P and the rescales are in
-
-    // O: rescale each head's column, then Oᵀ += Xᵀ · Pᵀ over this warpgroup's pairs of tiles,
-    // two fragments a commit, two sets of registers in turn.
-    if (__shfl_sync(0xffffffffu, *rescaled, 0)) {  // (uniform, as above)
-      float factor[6];
-#pragma unroll
-      for (int k = 0; k < 6; ++k) factor[k] = rescale[8 * (k / 2) + 2 * c + k % 2];
-#pragma unroll
-      for (int p = 0; p < kMaxPairs; ++p) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-#pragma unroll
-          for (int k = 0; k < 12; ++k) acc[p][half][k] *= factor[2 * (k / 4) + k % 2];
-          fence_registers(acc[p][half]);
-        }
-      }
-    }
-    // The words of frames t, t + 1, t + 8, t + 9 (t = 16 step + 2c) at the lane's 4 columns of
-    // pair p; rows t and t + 8 share t's swizzle, t + 1 and t + 9 that of t + 1. Each group's
-    // words are loaded before the previous group's products are waited for.
-    const int word = 4 * (8 * warp + g);  // byte of the pair's 128 columns
-    const int even_at = ((word / 16) ^ (2 * c)) * 16 + word % 16;
-    const int odd_at = ((word / 16) ^ (2 * c + 1)) * 16 + word % 16;
-    const auto load_words = [&](int p, int step, uint32_t(&words)[4]) {
-      const unsigned char* const rows =
-          x + (first_pair + p) * kTileChunkBytes + (16 * step + 2 * c) * kOperandRowBytes;
-      words[0] = load_word(rows + even_at);
-      words[1] = load_word(rows + kOperandRowBytes + odd_at);
-      words[2] = load_word(rows + 8 * kOperandRowBytes + even_at);
-      words[3] = load_word(rows + 9 * kOperandRowBytes + odd_at);
-    };
-    uint32_t fragments[2][2][4] = {};  // [set][tile of the pair]
-    uint32_t next_words[4] = {};
-    if (pair_count > 0) load_words(0, 0, next_words);
-#pragma unroll
-    for (int p = 0; p < kMaxPairs; ++p) {
-      if (p >= pair_count) break;
-#pragma unroll
-      for (int step = 0; step < kTile / 16; ++step) {
-        const uint32_t w0 = next_words[0], w1 = next_words[1], w8 = next_words[2],
-                       w9 = next_words[3];
-        if (step + 1 < kTile / 16) {
-          load_words(p, step + 1, next_words);
-        } else if (p + 1 < pair_count) {
-          load_words(p + 1, 0, next_words);
-        }
-        const int b = step % 2;  // sets alternate whatever the pair count
-        wgmma_wait<1>();
-        fence_registers(fragments[b][0]);
-        fence_registers(fragments[b][1]);
-        // Bytes of frames (t, t + 1) and (t + 8, t + 9) interleaved: columns 0, 1, then 2, 3.
-        const uint32_t early_low = __byte_perm(w0, w1, 0x5140);
-        const uint32_t early_high = __byte_perm(w0, w1, 0x7362);
-        const uint32_t late_low = __byte_perm(w8, w9, 0x5140);
-        const uint32_t late_high = __byte_perm(w8, w9, 0x7362);
-        uint32_t(&first)[4] = fragments[b][0];
-        uint32_t(&second)[4] = fragments[b][1];
-        first[0] = biased_pair(early_low, kLowPair);
-        first[1] = biased_pair(early_low, kHighPair);
-        first[2] = biased_pair(late_low, kLowPair);
-        first[3] = biased_pair(late_low, kHighPair);
-        second[0] = biased_pair(early_high, kLowPair);
-        second[1] = biased_pair(early_high, kHighPair);
-        second[2] = biased_pair(late_high, kLowPair);
-        second[3] = biased_pair(late_high, kHighPair);
-        wgmma_fence();
-        const uint64_t b_step = probability_descriptor + step * kStepUnits;
-        wgmma_64x24x16(acc[p][0], first, b_step);
-        wgmma_64x24x16(acc[p][1], second, b_step);
-        wgmma_commit();
-      }
-    }
-    wgmma_wait<0>();
-#pragma unroll
-    for (int p = 0; p < kMaxPairs; ++p) {
-      fence_registers(acc[p][0]);
-      fence_registers(acc[p][1]);
-    }
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
+      const int b = step % 2;  // sets alternate whatever the pair count
+      wgmma_wait<1>();
       fence_registers(fragments[b][0]);
       fence_registers(fragments[b][1]);
+      // Bytes of frames (t, t + 1) and (t + 8, t + 9) interleaved: columns 0, 1, then 2, 3.
+      const uint32_t early_low = __byte_perm(w0, w1, 0x5140);
+      const uint32_t early_high = __byte_perm(w0, w1, 0x7362);
+      const uint32_t late_low = __byte_perm(w8, w9, 0x5140);
+      const uint32_t late_high = __byte_perm(w8, w9, 0x7362);
+      uint32_t(&first)[4] = fragments[b][0];
+      uint32_t(&second)[4] = fragments[b][1];
+      first[0] = biased_pair(early_low, kLowPair);
+      first[1] = biased_pair(early_low, kHighPair);
+      first[2] = biased_pair(late_low, kLowPair);
+      first[3] = biased_pair(late_low, kHighPair);
+      second[0] = biased_pair(early_high, kLowPair);
+      second[1] = biased_pair(early_high, kHighPair);
+      second[2] = biased_pair(late_high, kLowPair);
+      second[3] = biased_pair(late_high, kHighPair);
+      wgmma_fence();
+      const uint64_t b_step = probability_descriptor + step * kStepUnits;
+      wgmma_64x24x16(acc[p][0], first, b_step);
+      wgmma_64x24x16(acc[p][1], second, b_step);
+      wgmma_commit();
     }
   }
-  __syncthreads();  // the tiles, the queries and the exchange are free
+  after_loads();
+  wgmma_wait<0>();
+#pragma unroll
+  for (int p = 0; p < kMaxPairs; ++p) {
+    fence_registers(acc[p][0]);
+    fence_registers(acc[p][1]);
+  }
+#pragma unroll
+  for (int b = 0; b < 2; ++b) {
+    fence_registers(fragments[b][0]);
+    fence_registers(fragments[b][1]);
+  }
+}
 
-  // Each head's final max, sum and codes' offset (the first warpgroup, its warps' sums through
-  // the exchange), then the unnormalised output less the offset, times the channel scales and
-  // the codes' 1/127 (both).
-  float* const final_max = reinterpret_cast<float*>(query_chunks);
-  float* const final_sum = final_max + kMaxFrameHeads;
-  float* const final_offset = final_sum + kMaxFrameHeads;
-  float* const coefficients = final_offset + kMaxFrameHeads;
-  if (warpgroup == 0) {
-    float* const warp_sums = reinterpret_cast<float*>(exchange);  // [2][4][kHeads]
+// Each head's final max (back in the natural log's units), sum and codes' offset, from the
+// softmax's four warps: called by the 128 threads of its warpgroup, which `barrier` (a named
+// barrier of theirs) synchronises.
+__device__ __forceinline__ void write_finals(Softmax& state, const Finals& finals, int warp, int g,
+                                             int c, int barrier) {
+#pragma unroll
+  for (int k = 0; k < 6; ++k) {
+#pragma unroll
+    for (int mask = 4; mask < 32; mask *= 2) {
+      state.partial_sum[k] += __shfl_xor_sync(0xffffffffu, state.partial_sum[k], mask);
+      state.scaled_sum[k] += __shfl_xor_sync(0xffffffffu, state.scaled_sum[k], mask);
+    }
+  }
+  if (g == 0) {
 #pragma unroll
     for (int k = 0; k < 6; ++k) {
-#pragma unroll
-      for (int mask = 4; mask < 32; mask *= 2) {
-        partial_sum[k] += __shfl_xor_sync(0xffffffffu, partial_sum[k], mask);
-        scaled_sum[k] += __shfl_xor_sync(0xffffffffu, scaled_sum[k], mask);
-      }
-    }
-    if (g == 0) {
-#pragma unroll
-      for (int k = 0; k < 6; ++k) {
-        const int h = 8 * (k / 2) + 2 * c + k % 2;
-        warp_sums[warp * kHeads + h] = partial_sum[k];
-        warp_sums[(4 + warp) * kHeads + h] = scaled_sum[k];
-      }
-    }
-    warpgroup_sync(1);
-    if (warp == 0 && g == 0) {
-#pragma unroll
-      for (int k = 0; k < 6; ++k) {
-        const int h = 8 * (k / 2) + 2 * c + k % 2;
-        float sum = 0.0f, scaled = 0.0f;
-#pragma unroll
-        for (int w = 0; w < 4; ++w) {
-          sum += warp_sums[w * kHeads + h];
-          scaled += warp_sums[(4 + w) * kHeads + h];
-        }
-        final_max[h] = running_max[k] * (1.0f / kLog2e);  // in the natural log's units
-        final_sum[h] = sum;
-        final_offset[h] = kCodeBias * scaled;
-      }
+      const int h = 8 * (k / 2) + 2 * c + k % 2;
+      finals.warp_sums[warp * kHeads + h] = state.partial_sum[k];
+      finals.warp_sums[(4 + warp) * kHeads + h] = state.scaled_sum[k];
     }
   }
-  __syncthreads();
+  warpgroup_sync(barrier);
+  if (warp == 0 && g == 0) {
+#pragma unroll
+    for (int k = 0; k < 6; ++k) {
+      const int h = 8 * (k / 2) + 2 * c + k % 2;
+      float sum = 0.0f, scaled = 0.0f;
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        sum += finals.warp_sums[w * kHeads + h];
+        scaled += finals.warp_sums[(4 + w) * kHeads + h];
+      }
+      finals.max[h] = state.running_max[k] * (1.0f / kLog2e);
+      finals.sum[h] = sum;
+      finals.offset[h] = kCodeBias * scaled;
+    }
+  }
+}
+
+// A value warpgroup's unnormalised output less the codes' offset, times the channel scales and
+// the codes' 1/127, into output F32 [kHeads][output_pitch] (once the finals are in).
+__device__ __forceinline__ void write_values(const ValueAccumulators& acc, const Finals& finals,
+                                             const float* channel_scales, float* output,
+                                             int output_pitch, int first_pair, int pair_count,
+                                             int warp, int g, int c) {
   float offset[6];
 #pragma unroll
-  for (int k = 0; k < 6; ++k) offset[k] = final_offset[8 * (k / 2) + 2 * c + k % 2];
-  float* const output = reinterpret_cast<float*>(tiles);
-  const int output_pitch = width + 4;
+  for (int k = 0; k < 6; ++k) offset[k] = finals.offset[8 * (k / 2) + 2 * c + k % 2];
 #pragma unroll
   for (int p = 0; p < kMaxPairs; ++p) {
     if (p >= pair_count) break;
@@ -572,9 +653,216 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
   }
+}
+
+// The form in turn (above): two warpgroups, each on half of S and half of O; the first runs the
+// softmax.
+__global__ void __launch_bounds__(kTurnThreads, 1)
+    frame_attention_int8_kernel(const __half* __restrict__ queries,
+                                const __grid_constant__ CUtensorMap codes_map, Int8Frames frames,
+                                int rows_per_window, int frame_count, int heads, int width,
+                                __half* __restrict__ out) {
+  extern __shared__ __align__(1024) unsigned char shared[];
+  const Layout layout = Layout::of(width);
+  unsigned char* const query_chunks = shared + layout.queries;
+  unsigned char* const exchange = shared + layout.exchange;
+  const Stats stats = Stats::at(shared + layout.stats);
+  unsigned char* const tiles = shared + layout.tiles;
+  const Finals finals = Finals::at(query_chunks);
+  // The swizzled operands assume the 1024-byte alignment asked for above, which dynamic shared
+  // memory without static shared memory has; there is no room to align it here.
+  if ((shared_address(shared) & 1023) != 0) __trap();
+
+  allow_dependent_kernels();
+  const Place place = place_of(frames, rows_per_window, frame_count, width);
+  // The warpgroup through a shuffle: ptxas then knows it is the same in every lane, and so are
+  // the loops and branches it decides, without which it serialises every wgmma of the kernel.
+  const int thread = threadIdx.x, group_thread = thread % 128;
+  const int warpgroup = __shfl_sync(0xffffffffu, thread / 128, 0);
+  const int warp = group_thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
+  const int stage_bytes = kTile * width;
+  if (thread == 0) {
+    for (int stage = 0; stage < kStages; ++stage) barrier_init(&stats.tile_full[stage], 1);
+    barrier_init_fence();
+    if (place.tile_begin < place.tile_end) {
+      load_tile(&codes_map, tiles, &stats.tile_full[0], width, place.tile_begin, place.window);
+    }
+  }
+
+  // Each warpgroup's S takes the chunks of its pairs of O.
+  const Pairs pairs = pairs_of(warpgroup, width / 128);
+  quantize_query<kTurnThreads>(queries + place.row * heads * width, place.channel_scales, heads,
+                               width, pairs_of(1, width / 128).first, query_chunks, stats);
+  const LaneQuery lane_of_query = lane_query(stats, c, warpgroup, 1);
+  const int first_pair = pairs.first, pair_count = pairs.count;
+
+  Softmax state;
+  ValueAccumulators acc;
+  clear(acc);
+
+  for (int tile = place.tile_begin, round = 0; tile < place.tile_end; ++tile, ++round) {
+    barrier_wait(&stats.tile_full[round % kStages], (round / kStages) & 1);
+    __syncthreads();  // the last tile's products are done with the exchange and the other stage
+    if (thread == 0 && tile + 1 < place.tile_end) {
+      const int next = (round + 1) % kStages;
+      load_tile(&codes_map, tiles + next * stage_bytes, &stats.tile_full[next], width, tile + 1,
+                place.window);
+    }
+    const unsigned char* const x = tiles + (round % kStages) * stage_bytes;
+    // The first warpgroup's frame scales of this tile, in flight during S.
+    float frame_scale[2] = {0.0f, 0.0f};
+    if (warpgroup == 0) load_frame_scales(place, frame_count, tile, warp, g, frame_scale);
+
+    float scores[12];
+    score_chunks(x, query_chunks, first_pair, pair_count, lane_of_query, scores);
+    if (warpgroup == 1) {
+      float* const partial = reinterpret_cast<float*>(exchange) + group_thread * 12;
+#pragma unroll
+      for (int k = 0; k < 12; ++k) partial[k] = scores[k];
+    }
+    __syncthreads();
+
+    if (warpgroup == 0) {
+      const float* const partial = reinterpret_cast<const float*>(exchange) + group_thread * 12;
+#pragma unroll
+      for (int k = 0; k < 12; ++k) scores[k] += partial[k];
+      tile_maxima(scores, frame_scale, stats.warp_max, warp, g, c);
+      warpgroup_sync(1);  // also: every thread has read its partial S before P overwrites it
+      write_probabilities(scores, frame_scale, stats.warp_max, state, stats.rescale, stats.rescaled,
+                          exchange, warp, g, c);
+    }
+    __syncthreads();  // P and the rescales are in
+
+    rescale_values(acc, stats.rescale, stats.rescaled, c);
+    multiply_tile(acc, x, operand_descriptor(exchange), first_pair, pair_count, warp, g, c, [] {});
+  }
+  __syncthreads();  // the tiles, the queries and the exchange are free
+
+  if (warpgroup == 0) write_finals(state, finals, warp, g, c, 1);
   __syncthreads();
-  write_frame_attention<__half, kThreads>(output, output_pitch, final_max, final_sum, coefficients,
-                                          heads, width, out + row * heads * width);
+  float* const output = reinterpret_cast<float*>(tiles);
+  write_values(acc, finals, place.channel_scales, output, width + 4, first_pair, pair_count, warp,
+               g, c);
+  __syncthreads();
+  write_frame_attention<__half, kTurnThreads>(output, width + 4, finals.max, finals.sum,
+                                              finals.coefficients, heads, width,
+                                              out + place.row * heads * width);
+}
+
+// The form in two roles (above): the scorer, then two value warpgroups.
+__global__ void __launch_bounds__(kRolesThreads, 1)
+    frame_attention_int8_roles_kernel(const __half* __restrict__ queries,
+                                      const __grid_constant__ CUtensorMap codes_map,
+                                      Int8Frames frames, int rows_per_window, int frame_count,
+                                      int heads, int width, __half* __restrict__ out) {
+  extern __shared__ __align__(1024) unsigned char shared[];
+  const Layout layout = Layout::of(width);
+  unsigned char* const query_chunks = shared + layout.queries;
+  unsigned char* const buffers = shared + layout.exchange;  // [kBuffers] of P
+  const Stats stats = Stats::at(shared + layout.stats);
+  unsigned char* const tiles = shared + layout.tiles;
+  const Finals finals = Finals::at(query_chunks);
+  if ((shared_address(shared) & 1023) != 0) __trap();  // as in the form in turn
+
+  allow_dependent_kernels();
+  const Place place = place_of(frames, rows_per_window, frame_count, width);
+  const int thread = threadIdx.x, group_thread = thread % 128;
+  const int warpgroup = __shfl_sync(0xffffffffu, thread / 128, 0);  // as in the form in turn
+  const int warp = group_thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
+  const int stage_bytes = kTile * width;
+  const auto load = [&](int tile, int stage) {
+    load_tile(&codes_map, tiles + stage * stage_bytes, &stats.tile_full[stage], width, tile,
+              place.window);
+  };
+  if (thread == 0) {
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(&stats.tile_full[stage], 1);
+      barrier_init(&stats.tile_free[stage], 128 * kValueGroups);
+    }
+    for (int buffer = 0; buffer < kBuffers; ++buffer) {
+      barrier_init(&stats.p_full[buffer], 1);
+      barrier_init(&stats.p_free[buffer], 128 * kValueGroups);
+    }
+    barrier_init_fence();
+    for (int stage = 0; stage < kStages && place.tile_begin + stage < place.tile_end; ++stage) {
+      load(place.tile_begin + stage, stage);
+    }
+  }
+
+  // The scorer takes all of S, each value warpgroup its pairs of O.
+  const int chunks = width / 128;
+  quantize_query<kRolesThreads>(queries + place.row * heads * width, place.channel_scales, heads,
+                                width, pairs_of(1, chunks).first, query_chunks, stats);
+  const auto write_out = [&] {
+    write_frame_attention<__half, kRolesThreads>(reinterpret_cast<const float*>(tiles), width + 4,
+                                                 finals.max, finals.sum, finals.coefficients, heads,
+                                                 width, out + place.row * heads * width);
+  };
+
+  // Each role runs to the end, where the whole CTA meets at the two named barriers (the finals
+  // are in; the output is in) and in write_frame_attention, which each calls within its own
+  // registers.
+  if (warpgroup == 0) {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kScorerRegisters));
+    const LaneQuery lane_of_query = lane_query(stats, c, 0, 2);
+    warpgroup_sync(1);  // the byte sums are read before the warps' maxima take their place
+    Softmax state;
+    for (int tile = place.tile_begin, round = 0; tile < place.tile_end; ++tile, ++round) {
+      const int stage = round % kStages, buffer = round % kBuffers;
+      float frame_scale[2];
+      load_frame_scales(place, frame_count, tile, warp, g, frame_scale);
+      barrier_wait(&stats.tile_full[stage], (round / kStages) & 1);
+      float scores[12];
+      score_chunks(tiles + stage * stage_bytes, query_chunks, 0, chunks, lane_of_query, scores);
+      tile_maxima(scores, frame_scale, stats.warp_max, warp, g, c);
+      warpgroup_sync(1);
+      // The buffer's P of two tiles back has been multiplied (a fresh barrier passes at once).
+      barrier_wait(&stats.p_free[buffer], ((round / kBuffers) & 1) ^ 1);
+      write_probabilities(scores, frame_scale, stats.warp_max, state,
+                          stats.rescale + buffer * kHeads, stats.rescaled + buffer,
+                          buffers + buffer * kProbabilityBytes, warp, g, c);
+      warpgroup_sync(1);  // P and the rescales are in; every warp has read the maxima
+      if (group_thread == 0) barrier_arrive(&stats.p_full[buffer]);
+    }
+    write_finals(state, finals, warp, g, c, 1);
+    named_barrier(kFinalsBarrier, kRolesThreads);
+    named_barrier(kOutputBarrier, kRolesThreads);
+    write_out();
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kValueRegisters));
+    const int value_group = warpgroup - 1;
+    const Pairs pairs = pairs_of(value_group, chunks);
+    const int first_pair = pairs.first, pair_count = pairs.count;
+    ValueAccumulators acc;
+    clear(acc);
+    for (int tile = place.tile_begin, round = 0; tile < place.tile_end; ++tile, ++round) {
+      const int stage = round % kStages, buffer = round % kBuffers;
+      barrier_wait(&stats.p_full[buffer], (round / kBuffers) & 1);
+      barrier_wait(&stats.tile_full[stage], (round / kStages) & 1);  // the bytes, seen here too
+      rescale_values(acc, stats.rescale + buffer * kHeads, stats.rescaled + buffer, c);
+      multiply_tile(acc, tiles + stage * stage_bytes,
+                    operand_descriptor(buffers + buffer * kProbabilityBytes), first_pair,
+                    pair_count, warp, g, c, [&] { barrier_arrive(&stats.tile_free[stage]); });
+      barrier_arrive(&stats.p_free[buffer]);
+      // The tile two on, into this stage once both value warpgroups have read it.
+      if (value_group == 0 && group_thread == 0 && tile + kStages < place.tile_end) {
+        barrier_wait(&stats.tile_free[stage], (round / kStages) & 1);
+        load(tile + kStages, stage);
+      }
+    }
+    named_barrier(kFinalsBarrier, kRolesThreads);  // the scorer's finals are in
+    write_values(acc, finals, place.channel_scales, reinterpret_cast<float*>(tiles), width + 4,
+                 first_pair, pair_count, warp, g, c);
+    named_barrier(kOutputBarrier, kRolesThreads);
+    write_out();
+  }
+}
+
+// Whether the environment's HARK_CUDA_FRAME_ROLES asks for the form in two roles (read at each
+// call, so that a test can run both forms in one process).
+bool frame_roles_wanted() {
+  const char* value = std::getenv("HARK_CUDA_FRAME_ROLES");
+  return value != nullptr && std::strcmp(value, "1") == 0;
 }
 
 }  // namespace
@@ -615,14 +903,18 @@ void frame_attention_int8(Element e, const void* queries, int64_t rows, int head
   const uint32_t box[3] = {128, kTile, 1};
   const CUtensorMap codes_map =
       swizzled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, frames.codes, 3, sizes, strides, box);
+  const bool roles = frame_roles_wanted();
   static const bool configured =
       (allow_shared_memory(frame_attention_int8_kernel, Layout::of(kMaxWidth).bytes,
                            "frame_attention_int8 shared memory"),
+       allow_shared_memory(frame_attention_int8_roles_kernel, Layout::of(kMaxWidth).bytes,
+                           "frame_attention_int8 shared memory"),
        true);
   (void)configured;
-  launch_kernel(frame_attention_int8_kernel, dim3(splits, 1, static_cast<unsigned>(rows)),
-                dim3(kThreads), static_cast<size_t>(layout.bytes), splits,
-                /*early_start=*/false, stream, "frame_attention_int8",
+  launch_kernel(roles ? frame_attention_int8_roles_kernel : frame_attention_int8_kernel,
+                dim3(splits, 1, static_cast<unsigned>(rows)),
+                dim3(roles ? kRolesThreads : kTurnThreads), static_cast<size_t>(layout.bytes),
+                splits, /*early_start=*/false, stream, "frame_attention_int8",
                 static_cast<const __half*>(queries), codes_map, frames,
                 static_cast<int>(rows_per_window), frame_count, heads, static_cast<int>(width),
                 static_cast<__half*>(out));
