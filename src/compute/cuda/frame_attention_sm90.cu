@@ -25,8 +25,8 @@
 //     first through shared memory, the first runs the softmax and writes P while the second
 //     waits, and then both multiply. The tensor cores idle through the softmax and the barriers
 //     around it: at batch 120 the kernel takes 4.2 µs a tile (101.6 µs a layer of large-v3),
-//     where the tile's bytes take about 2.5 and its products about 1 (bench/RESULTS.md,
-//     thirty-third session).
+//     where by arithmetic the tile's bytes take about 2.5 and its products about 1
+//     (bench/RESULTS.md, thirty-third session).
 //   - in two roles (HARK_CUDA_FRAME_ROLES=1; frame_attention_int8_roles_kernel): a third
 //     warpgroup, the scorer, computes a tile's S over the whole width and its softmax and writes
 //     P into one of two buffers, while the value warpgroups multiply the tile before it. A
