@@ -18,8 +18,10 @@ bool frame_attention_int8_runs(Element e, int heads, int64_t width);
 
 // out [rows, heads, width] F16: frame_attention (kernels.h) over the quantised frames of
 // `frames` (quantize_frames), row r reading window r / rows_per_window (or the one window of all
-// rows). F32 accumulation and softmax; the frames' codes and the probabilities enter the tensor
-// cores as F16, the queries times the channel scales rounded to F16.
+// rows). F32 accumulation and softmax; the scores in integers, the queries times the channel
+// scales split in two signed bytes (about 15 bits); the frames' codes and the probabilities enter
+// the values' product as F16. HARK_CUDA_FRAME_ROLES=1 in the environment (read at each call) takes
+// the kernel's second form, in two roles (frame_attention_sm90.cu), which has not run on a GPU.
 void frame_attention_int8(Element e, const void* queries, int64_t rows, int heads, int64_t width,
                           const Int8Frames& frames, int frame_count, int64_t rows_per_window,
                           void* out, cudaStream_t stream);
