@@ -311,6 +311,15 @@ __device__ __forceinline__ void quantize_query(const __half* query, const float*
   __syncthreads();
 }
 
+// Lane (g, c) holds, in the accumulator layout of wgmma_64x24x16, six heads 8j + 2c + e: head
+// `index` 2j + e of the lane, and its element k (4j + 2i + e) is of the lane's head 2j + e.
+__device__ __forceinline__ int lane_head(int index, int c) {
+  return 8 * (index / 2) + 2 * c + index % 2;
+}
+__device__ __forceinline__ int head_index_of_element(int k) {
+  return 2 * (k / 4) + k % 2;
+}
+
 // The lane's six heads 8j + 2c + e (index 2j + e): their s₁, and 128 Σ hi and 128 Σ lo over
 // halves [first_half, first_half + halves) of the width, the codes' offset of S over those
 // chunks.
@@ -323,7 +332,7 @@ __device__ __forceinline__ LaneQuery lane_query(const Stats& stats, int c, int f
   LaneQuery q;
 #pragma unroll
   for (int k = 0; k < 6; ++k) {
-    const int h = 8 * (k / 2) + 2 * c + k % 2;
+    const int h = lane_head(k, c);
     const float largest = stats.query_scale[h];
     q.high_steps[k] = largest > 0.0f ? largest / 127.0f : 1.0f;
     q.hi_offsets[k] = q.lo_offsets[k] = 0;
@@ -361,7 +370,7 @@ __device__ __forceinline__ void score_chunks(const unsigned char* tile_bytes,
   fence_registers(sums);
 #pragma unroll
   for (int k = 0; k < 12; ++k) {
-    const int head = 2 * (k / 4) + k % 2;  // index of the lane's heads
+    const int head = head_index_of_element(k);
     scores[k] = q.high_steps[head] * static_cast<float>(sums[k] - q.hi_offsets[head]) +
                 q.high_steps[head] * (1.0f / 254.0f) *
                     static_cast<float>(sums[k + 12] - q.lo_offsets[head]);
@@ -424,7 +433,7 @@ __device__ __forceinline__ void tile_maxima(float (&scores)[12], const float (&f
   }
   if (g == 0) {
 #pragma unroll
-    for (int k = 0; k < 6; ++k) warp_max[warp * kHeads + 8 * (k / 2) + 2 * c + k % 2] = tile_max[k];
+    for (int k = 0; k < 6; ++k) warp_max[warp * kHeads + lane_head(k, c)] = tile_max[k];
   }
 }
 
@@ -440,7 +449,7 @@ __device__ __forceinline__ void write_probabilities(
   bool raised = false;
 #pragma unroll
   for (int k = 0; k < 6; ++k) {
-    const int h = 8 * (k / 2) + 2 * c + k % 2;
+    const int h = lane_head(k, c);
     float tile_best = warp_max[h];
 #pragma unroll
     for (int w = 1; w < 4; ++w) tile_best = fmaxf(tile_best, warp_max[w * kHeads + h]);
@@ -467,8 +476,7 @@ __device__ __forceinline__ void write_probabilities(
   fence_shared_for_tma();
 }
 
-// O's accumulators: each head's column times its rescale factor, where a factor is not 1
-// (*rescaled read through a shuffle: uniform, as ptxas must see).
+// A value warpgroup's accumulators of O: [pair of 64-row tiles][tile of the pair][element].
 using ValueAccumulators = float[kMaxPairs][2][12];
 __device__ __forceinline__ void clear(ValueAccumulators& acc) {
 #pragma unroll
@@ -487,6 +495,8 @@ __device__ __forceinline__ Pairs pairs_of(int value_group, int chunks) {
   const int first_count = (chunks + 1) / 2;
   return value_group == 0 ? Pairs{0, first_count} : Pairs{first_count, chunks - first_count};
 }
+// O's accumulators: each head's column times its rescale factor, where a factor is not 1
+// (*rescaled read through a shuffle: uniform, as ptxas must see).
 __device__ __forceinline__ void rescale_values(ValueAccumulators& acc, const float* rescale,
                                                const int* rescaled, int c) {
   // The last tile's products are done already; without a wait here ptxas does not see that in
@@ -495,13 +505,13 @@ __device__ __forceinline__ void rescale_values(ValueAccumulators& acc, const flo
   if (!__shfl_sync(0xffffffffu, *rescaled, 0)) return;
   float factor[6];
 #pragma unroll
-  for (int k = 0; k < 6; ++k) factor[k] = rescale[8 * (k / 2) + 2 * c + k % 2];
+  for (int k = 0; k < 6; ++k) factor[k] = rescale[lane_head(k, c)];
 #pragma unroll
   for (int p = 0; p < kMaxPairs; ++p) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
 #pragma unroll
-      for (int k = 0; k < 12; ++k) acc[p][half][k] *= factor[2 * (k / 4) + k % 2];
+      for (int k = 0; k < 12; ++k) acc[p][half][k] *= factor[head_index_of_element(k)];
       fence_registers(acc[p][half]);
     }
   }
@@ -601,7 +611,7 @@ __device__ __forceinline__ void write_finals(Softmax& state, const Finals& final
   if (g == 0) {
 #pragma unroll
     for (int k = 0; k < 6; ++k) {
-      const int h = 8 * (k / 2) + 2 * c + k % 2;
+      const int h = lane_head(k, c);
       finals.warp_sums[warp * kHeads + h] = state.partial_sum[k];
       finals.warp_sums[(4 + warp) * kHeads + h] = state.scaled_sum[k];
     }
@@ -610,7 +620,7 @@ __device__ __forceinline__ void write_finals(Softmax& state, const Finals& final
   if (warp == 0 && g == 0) {
 #pragma unroll
     for (int k = 0; k < 6; ++k) {
-      const int h = 8 * (k / 2) + 2 * c + k % 2;
+      const int h = lane_head(k, c);
       float sum = 0.0f, scaled = 0.0f;
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
@@ -632,7 +642,7 @@ __device__ __forceinline__ void write_values(const ValueAccumulators& acc, const
                                              int warp, int g, int c) {
   float offset[6];
 #pragma unroll
-  for (int k = 0; k < 6; ++k) offset[k] = finals.offset[8 * (k / 2) + 2 * c + k % 2];
+  for (int k = 0; k < 6; ++k) offset[k] = finals.offset[lane_head(k, c)];
 #pragma unroll
   for (int p = 0; p < kMaxPairs; ++p) {
     if (p >= pair_count) break;
