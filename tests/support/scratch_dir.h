@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <filesystem>
 #include <string>
@@ -15,9 +16,10 @@ class ScratchDir {
  public:
   ScratchDir() {
     const auto* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::path(::testing::TempDir()) /
-            ("hark_" + std::string(test->test_suite_name()) + "_" + std::string(test->name()) +
-             "_" + std::to_string(::getpid()));
+    std::string name = "hark_" + std::string(test->test_suite_name()) + "_" +
+                       std::string(test->name()) + "_" + std::to_string(::getpid());
+    std::replace(name.begin(), name.end(), '/', '_');  // parameterized tests' names have them
+    path_ = std::filesystem::path(::testing::TempDir()) / name;
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

@@ -15,11 +15,14 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "support/scratch_dir.h"
 
 namespace hark::audio::test_util {
 
@@ -216,11 +219,19 @@ inline Alignment best_alignment(std::span<const float> a, std::span<const float>
   return best;
 }
 
+// A file of the running test's own scratch folder. The folder lives until the next test asks for
+// one (or the program ends), so a test's files can be read back after it writes them, and none is
+// left behind.
 inline std::string temp_path(const std::string& name) {
+  static std::unique_ptr<hark::test::ScratchDir> scratch;
+  static const ::testing::TestInfo* owner = nullptr;
   const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string unique = std::string(test->test_suite_name()) + "_" + test->name() + "_" + name;
-  std::replace(unique.begin(), unique.end(), '/', '_');  // parameterized tests' names have them
-  return ::testing::TempDir() + "hark_audio_" + unique;
+  if (!scratch || owner != test) {
+    scratch.reset();  // the previous test's folder goes first
+    scratch = std::make_unique<hark::test::ScratchDir>();
+    owner = test;
+  }
+  return scratch->file(name);
 }
 
 inline std::string write_temp(const std::string& name, const Bytes& bytes) {
