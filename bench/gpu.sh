@@ -174,7 +174,6 @@ if has experiments; then
   # batch of the fused step on one kernel (the default switches at 8 sequences, 10 with Q8_0);
   # query-launch gives the cross-attention's query a launch of its own at every batch (the default
   # computes it inside the attention only with native K/V: HARK_EXP_CROSS_KV=native).
-  # frame-roles runs the INT8-frames attention in two roles (HARK_EXP_CROSS_KV=int8-frames).
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
@@ -187,7 +186,6 @@ if has experiments; then
     "step-skinny|f16|HARK_CUDA_SKINNY_STEP=1"
     "products-to-8|f16|HARK_CUDA_FUSED_STEP_MAX_BATCH=0"
     "query-launch|f16|HARK_CUDA_FUSED_QUERY=0"
-    "frame-roles|f16|HARK_CUDA_FRAME_ROLES=1"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"

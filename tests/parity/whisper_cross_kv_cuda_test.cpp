@@ -150,15 +150,10 @@ TEST(WhisperCudaInt8Frames, StaysNearNative) {
   const std::vector<int32_t> prompt = {testing::kTinySot, testing::kTinySot + 1,
                                        testing::kTinySot + 2 + testing::kTinyLanguages,
                                        testing::kTinySot + 2 + testing::kTinyLanguages + 4};
-  {
-    SCOPED_TRACE("frames");
-    compare_with_native(checkpoint.path(), prompt, StorageCase{"frames", DType::F16, 1e-2});
-  }
-  // INT8 frames in either form of their attention (frame_attention_sm90.cu).
-  for (const char* roles : {"0", "1"}) {
-    SCOPED_TRACE(std::string("int8-frames, HARK_CUDA_FRAME_ROLES=") + roles);
-    testing::ScopedEnv form("HARK_CUDA_FRAME_ROLES", roles);
-    compare_with_native(checkpoint.path(), prompt, StorageCase{"int8-frames", DType::F16, 3e-2});
+  for (const StorageCase& c :
+       {StorageCase{"frames", DType::F16, 1e-2}, StorageCase{"int8-frames", DType::F16, 3e-2}}) {
+    SCOPED_TRACE(c.storage);
+    compare_with_native(checkpoint.path(), prompt, c);
   }
 }
 

@@ -15,26 +15,25 @@
 //     The codes' offset, 1152 in these units, comes off at the end as 1152 · Σ P per head (the
 //     sum of the F16 values the tensor cores took).
 //
-// A CTA takes a query row and a range of frames (a split; the splits of a row form a cluster
-// and merge as frame_splits.cuh does). The tiles come by TMA (one thread issues a tile's chunks,
-// an mbarrier per stage counts their bytes). Two value warpgroups each multiply their half of
-// the width's rows of O (5 pairs of 64-row tiles for large-v3, 120 F32 accumulators a thread).
-// Who computes S and the softmax makes the kernel's two forms:
-//   - in turn (the default; frame_attention_int8_kernel): the two warpgroups compute half of
-//     S each (their halves of the width's chunks), the second passes its partial sums to the
-//     first through shared memory, the first runs the softmax and writes P while the second
-//     waits, and then both multiply. The tensor cores idle through the softmax and the barriers
-//     around it: at batch 120 the kernel takes 4.2 µs a tile (101.6 µs a layer of large-v3),
-//     where by arithmetic the tile's bytes take about 2.5 and its products about 1
-//     (bench/RESULTS.md, thirty-third session).
-//   - in two roles (HARK_CUDA_FRAME_ROLES=1; frame_attention_int8_roles_kernel): a third
-//     warpgroup, the scorer, computes a tile's S over the whole width and its softmax and writes
-//     P into one of two buffers, while the value warpgroups multiply the tile before it. A
-//     stage is free once both value warpgroups have its words in registers (the first thread of
-//     the first one then asks for the tile two on), a buffer of P once their products of it are
-//     done; mbarriers hand both over. Written in the thirty-third session, which had no GPU: it
-//     has not run yet, and the default stays until it has been measured.
-// Both forms take every step below from the same functions.
+// A CTA of two warpgroups takes a query row and a range of frames (a split; the splits of a row
+// form a cluster and merge as frame_splits.cuh does). The tiles come by TMA (one thread issues
+// a tile's chunks, an mbarrier per stage counts their bytes). Per tile:
+//   S: each warpgroup over half the width's 128-byte chunks (5 for large-v3), the second's
+//     partial sums passed to the first through shared memory;
+//   softmax: the first warpgroup scales S by the frame scales, keeps each head's running max
+//     (its threads' partial sums of P stay per thread until the end) and writes P for the
+//     values' product over the same shared memory, while the second waits;
+//   O: each warpgroup over its half of the width's rows: 5 pairs of 64-row tiles for large-v3,
+//     120 F32 accumulators a thread.
+// At batch 120 a CTA takes 24 tiles, 4.2 µs each on the H200 (101.6 µs a layer of large-v3).
+// On an H100 the launch took 115 µs; with the products skipped (the tiles only loaded) 105, and
+// with the loads skipped (the products over the first two tiles again and again) 94
+// (bench/RESULTS.md, thirty-fourth session). So either half alone takes nearly the whole time:
+// the ring holds one tile in flight while the other is used, and the products' chain of a tile
+// is itself about 4 µs; a faster kernel must shorten both. A second form that ran S and the
+// softmax in a third warpgroup while the other two multiplied the tile before (mbarriers handing
+// stages and two buffers of P over) took as long, 115-116 µs, and is in this file's history
+// (9102331).
 //
 // The tile is stored as wgmma's K-major operand in the 128-byte swizzle: per 128 columns a
 // [64 frames][128 bytes] block, 16-byte piece p of frame t at p ^ (t % 8). For O, 64-row tiles
@@ -47,8 +46,6 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "base/error.h"
 #include "compute/cuda/device.h"
@@ -68,32 +65,18 @@ constexpr int kStages = 2;
 constexpr int kHeads = 24;  // N of O's product and of each byte of S's: the heads, padded
 static_assert(kHeads == kMaxFrameHeads);
 constexpr int kMaxWidth = 1280;
-constexpr int kValueGroups = 2;  // warpgroups on O's product, in either form
-constexpr int kMaxPairs = kMaxWidth / 128 / kValueGroups;  // pairs of 64-row O tiles a warpgroup
+constexpr int kWarpgroups = 2;
+constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kMaxPairs = kMaxWidth / 128 / kWarpgroups;   // pairs of 64-row O tiles a warpgroup
 constexpr int kOperandRowBytes = 128;                      // the 128-byte swizzle's rows
 constexpr int kTileChunkBytes = kTile * kOperandRowBytes;  // 128 columns of a tile's frames
 constexpr int kQueryChunkBytes = 2 * kHeads * kOperandRowBytes;  // 128 columns of hi and lo
 constexpr int kProbabilityBytes = kHeads * kTile * 2;            // P: F16 [24 heads][64 frames]
-constexpr int kBuffers = 2;  // of P and its rescale factors, in two roles
-// In turn, S's partial sums F32 [64][24] and then P; in two roles, the buffers of P.
-constexpr int kExchangeBytes = kBuffers * kProbabilityBytes;
-static_assert(kTile * kHeads * 4 == kExchangeBytes);
-constexpr int kStatsBytes = 1024;     // barriers, maxima, rescales, the queries' scales (below)
+constexpr int kExchangeBytes = kTile * kHeads * 4;               // S's partial sums F32, then P
+static_assert(kProbabilityBytes <= kExchangeBytes);
+constexpr int kStatsBytes = 1024;     // barriers, maxima, rescales, the queries' scales (Stats)
 constexpr float kLazyRescale = 8.0f;  // in log2 units (write_probabilities)
 constexpr float kCodeBias = 1152.0f;  // 1024 + 128
-
-// The two forms' threads: the value warpgroups, and in two roles the scorer before them.
-constexpr int kTurnThreads = 128 * kValueGroups;
-constexpr int kRolesThreads = 128 + 128 * kValueGroups;
-// setmaxnreg in two roles: the scorer gives registers back for the value warpgroups'
-// accumulators (120 · 128 + 192 · 256 ≤ 168 · 384, what the launch gives the CTA; ptxas keeps
-// each role within its count: at 152 / 176 the value warpgroups spill).
-constexpr int kScorerRegisters = 120;
-constexpr int kValueRegisters = 192;
-static_assert(kScorerRegisters + kValueGroups * kValueRegisters <= 3 * 168);
-// Named barriers: 0 is __syncthreads', 1 a warpgroup's own; in two roles, the whole CTA meets
-// at these at the end (the finals are in; the output is in).
-constexpr int kFinalsBarrier = 2, kOutputBarrier = 3;
 
 // Shared memory: the queries (B of S: width / 128 chunks of [48 rows: hi of 24 heads, then lo]
 // [128 bytes] in the 128-byte swizzle), the exchange (above; P is B of O: [24 heads][64 frames]
@@ -113,37 +96,30 @@ struct Layout {
   }
 };
 static_assert(Layout::of(kMaxWidth).bytes <= 227 * 1024, "shared memory of one CTA");
-static_assert(kProbabilityBytes % 1024 == 0, "each buffer of P starts where B may");
 static_assert(kHeads * (kMaxWidth + 4) * 4 <= kStages * kTile * kMaxWidth, "output in the stages");
 
-// The stats' space: the barriers (a stage full, a stage free, a buffer of P full, free: the
-// form in turn uses the first only), each of the softmax's warps' maxima of a tile (until the
-// first tile, the query's byte sums: each head's Σ hi and Σ lo per half of the width), the
-// rescale factors of each buffer and whether any is not 1, and each head's s₁.
+// The stats' space: a barrier per stage (its tile is in), each of the softmax's warps' maxima of
+// a tile (until the first tile, the query's byte sums: each head's Σ hi and Σ lo per half of
+// the width), the tile's rescale factors and whether any is not 1, and each head's s₁.
 struct Stats {
-  uint64_t *tile_full, *tile_free, *p_full, *p_free;
+  uint64_t* tile_full;
   float* warp_max;     // [4][kHeads]
   int* byte_sums;      // [2][kHeads][2], in warp_max's place
-  float* rescale;      // [kBuffers][kHeads]
-  int* rescaled;       // [kBuffers]
+  float* rescale;      // [kHeads]
+  int* rescaled;       // [1]
   float* query_scale;  // [kHeads]
   __device__ static Stats at(unsigned char* base) {
     Stats s;
     s.tile_full = reinterpret_cast<uint64_t*>(base);
-    s.tile_free = s.tile_full + kStages;
-    s.p_full = s.tile_free + kStages;
-    s.p_free = s.p_full + kBuffers;
-    s.warp_max = reinterpret_cast<float*>(s.p_free + kBuffers);
+    s.warp_max = reinterpret_cast<float*>(s.tile_full + kStages);
     s.byte_sums = reinterpret_cast<int*>(s.warp_max);
     s.rescale = s.warp_max + 4 * kHeads;
-    s.rescaled = reinterpret_cast<int*>(s.rescale + kBuffers * kHeads);
-    s.query_scale = reinterpret_cast<float*>(s.rescaled + kBuffers);
+    s.rescaled = reinterpret_cast<int*>(s.rescale + kHeads);
+    s.query_scale = reinterpret_cast<float*>(s.rescaled + 1);
     return s;
   }
 };
-static_assert(8 * (2 * kStages + 2 * kBuffers) + 4 * (4 * kHeads + kBuffers * kHeads + kBuffers) +
-                  4 * kHeads <=
-              kStatsBytes);
+static_assert(8 * kStages + 4 * (4 * kHeads + kHeads + 1 + kHeads) <= kStatsBytes);
 static_assert(2 * kHeads * 2 <= 4 * kHeads, "the byte sums fit where the warps' maxima go");
 
 // The finals, in the queries' space once the last tile's S is done: each head's max, sum and
@@ -240,7 +216,6 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* codes_map, unsigned
 // bytes, a thread per head and 16 columns at a time, with each head's Σ hi and Σ lo over the
 // first `first_chunks` chunks and over the rest. Every thread of the CTA calls it; it ends with
 // the CTA synchronised and the chunks visible to wgmma.
-template <int kThreads>
 __device__ __forceinline__ void quantize_query(const __half* query, const float* channel_scales,
                                                int heads, int width, int first_chunks,
                                                unsigned char* query_chunks, const Stats& stats) {
@@ -321,25 +296,20 @@ __device__ __forceinline__ int head_index_of_element(int k) {
 }
 
 // The lane's six heads 8j + 2c + e (index 2j + e): their s₁, and 128 Σ hi and 128 Σ lo over
-// halves [first_half, first_half + halves) of the width, the codes' offset of S over those
-// chunks.
+// half `half` of the width, the codes' offset of S over that half's chunks.
 struct LaneQuery {
   float high_steps[6];
   int hi_offsets[6], lo_offsets[6];
 };
-__device__ __forceinline__ LaneQuery lane_query(const Stats& stats, int c, int first_half,
-                                                int halves) {
+__device__ __forceinline__ LaneQuery lane_query(const Stats& stats, int c, int half) {
   LaneQuery q;
 #pragma unroll
   for (int k = 0; k < 6; ++k) {
     const int h = lane_head(k, c);
     const float largest = stats.query_scale[h];
     q.high_steps[k] = largest > 0.0f ? largest / 127.0f : 1.0f;
-    q.hi_offsets[k] = q.lo_offsets[k] = 0;
-    for (int half = first_half; half < first_half + halves; ++half) {
-      q.hi_offsets[k] += 128 * stats.byte_sums[(half * kHeads + h) * 2];
-      q.lo_offsets[k] += 128 * stats.byte_sums[(half * kHeads + h) * 2 + 1];
-    }
+    q.hi_offsets[k] = 128 * stats.byte_sums[(half * kHeads + h) * 2];
+    q.lo_offsets[k] = 128 * stats.byte_sums[(half * kHeads + h) * 2 + 1];
   }
   return q;
 }
@@ -476,7 +446,7 @@ __device__ __forceinline__ void write_probabilities(
   fence_shared_for_tma();
 }
 
-// A value warpgroup's accumulators of O: [pair of 64-row tiles][tile of the pair][element].
+// A warpgroup's accumulators of O: [pair of 64-row tiles][tile of the pair][element].
 using ValueAccumulators = float[kMaxPairs][2][12];
 __device__ __forceinline__ void clear(ValueAccumulators& acc) {
 #pragma unroll
@@ -486,22 +456,19 @@ __device__ __forceinline__ void clear(ValueAccumulators& acc) {
   }
 }
 
-// A value warpgroup's pairs of O's 64-row tiles, which are also its chunks of S in turn: the
-// first takes [0, ⌈chunks / 2⌉), the second the rest.
+// A warpgroup's pairs of O's 64-row tiles, which are also its chunks of S: the first takes
+// [0, ⌈chunks / 2⌉), the second the rest.
 struct Pairs {
   int first, count;
 };
-__device__ __forceinline__ Pairs pairs_of(int value_group, int chunks) {
+__device__ __forceinline__ Pairs pairs_of(int warpgroup, int chunks) {
   const int first_count = (chunks + 1) / 2;
-  return value_group == 0 ? Pairs{0, first_count} : Pairs{first_count, chunks - first_count};
+  return warpgroup == 0 ? Pairs{0, first_count} : Pairs{first_count, chunks - first_count};
 }
 // O's accumulators: each head's column times its rescale factor, where a factor is not 1
 // (*rescaled read through a shuffle: uniform, as ptxas must see).
 __device__ __forceinline__ void rescale_values(ValueAccumulators& acc, const float* rescale,
                                                const int* rescaled, int c) {
-  // The last tile's products are done already; without a wait here ptxas does not see that in
-  // the form in two roles and serialises every wgmma of the kernel (its -v output says so).
-  wgmma_wait<0>();
   if (!__shfl_sync(0xffffffffu, *rescaled, 0)) return;
   float factor[6];
 #pragma unroll
@@ -519,15 +486,12 @@ __device__ __forceinline__ void rescale_values(ValueAccumulators& acc, const flo
 
 // Oᵀ += Xᵀ · Pᵀ over pairs [first_pair, first_pair + pair_count) of a tile's 64-row tiles, P
 // at probability_descriptor: two fragments a commit, two sets of registers in turn, each
-// group's words loaded before the previous group's products are waited for. after_loads() runs
-// once every word of the tile this thread reads is in registers, before the last products are
-// waited for; the function returns with them done.
-template <class AfterLoads>
+// group's words loaded before the previous group's products are waited for; the function
+// returns with them done.
 __device__ __forceinline__ void multiply_tile(ValueAccumulators& acc,
                                               const unsigned char* tile_bytes,
                                               uint64_t probability_descriptor, int first_pair,
-                                              int pair_count, int warp, int g, int c,
-                                              AfterLoads after_loads) {
+                                              int pair_count, int warp, int g, int c) {
   // The words of frames t, t + 1, t + 8, t + 9 (t = 16 step + 2c) at the lane's 4 columns of
   // pair p; rows t and t + 8 share t's swizzle, t + 1 and t + 9 that of t + 1.
   const int word = 4 * (8 * warp + g);  // byte of the pair's 128 columns
@@ -581,7 +545,6 @@ __device__ __forceinline__ void multiply_tile(ValueAccumulators& acc,
       wgmma_commit();
     }
   }
-  after_loads();
   wgmma_wait<0>();
 #pragma unroll
   for (int p = 0; p < kMaxPairs; ++p) {
@@ -596,10 +559,9 @@ __device__ __forceinline__ void multiply_tile(ValueAccumulators& acc,
 }
 
 // Each head's final max (back in the natural log's units), sum and codes' offset, from the
-// softmax's four warps: called by the 128 threads of its warpgroup, which `barrier` (a named
-// barrier of theirs) synchronises.
+// softmax's four warps: called by the 128 threads of the first warpgroup.
 __device__ __forceinline__ void write_finals(Softmax& state, const Finals& finals, int warp, int g,
-                                             int c, int barrier) {
+                                             int c) {
 #pragma unroll
   for (int k = 0; k < 6; ++k) {
 #pragma unroll
@@ -616,7 +578,7 @@ __device__ __forceinline__ void write_finals(Softmax& state, const Finals& final
       finals.warp_sums[(4 + warp) * kHeads + h] = state.scaled_sum[k];
     }
   }
-  warpgroup_sync(barrier);
+  warpgroup_sync(1);
   if (warp == 0 && g == 0) {
 #pragma unroll
     for (int k = 0; k < 6; ++k) {
@@ -634,7 +596,7 @@ __device__ __forceinline__ void write_finals(Softmax& state, const Finals& final
   }
 }
 
-// A value warpgroup's unnormalised output less the codes' offset, times the channel scales and
+// A warpgroup's unnormalised output less the codes' offset, times the channel scales and
 // the codes' 1/127, into output F32 [kHeads][output_pitch] (once the finals are in).
 __device__ __forceinline__ void write_values(const ValueAccumulators& acc, const Finals& finals,
                                              const float* channel_scales, float* output,
@@ -665,9 +627,8 @@ __device__ __forceinline__ void write_values(const ValueAccumulators& acc, const
   }
 }
 
-// The form in turn (above): two warpgroups, each on half of S and half of O; the first runs the
-// softmax.
-__global__ void __launch_bounds__(kTurnThreads, 1)
+// Two warpgroups, each on half of S and half of O; the first runs the softmax.
+__global__ void __launch_bounds__(kThreads, 1)
     frame_attention_int8_kernel(const __half* __restrict__ queries,
                                 const __grid_constant__ CUtensorMap codes_map, Int8Frames frames,
                                 int rows_per_window, int frame_count, int heads, int width,
@@ -701,9 +662,9 @@ __global__ void __launch_bounds__(kTurnThreads, 1)
 
   // Each warpgroup's S takes the chunks of its pairs of O.
   const Pairs pairs = pairs_of(warpgroup, width / 128);
-  quantize_query<kTurnThreads>(queries + place.row * heads * width, place.channel_scales, heads,
-                               width, pairs_of(1, width / 128).first, query_chunks, stats);
-  const LaneQuery lane_of_query = lane_query(stats, c, warpgroup, 1);
+  quantize_query(queries + place.row * heads * width, place.channel_scales, heads, width,
+                 pairs_of(1, width / 128).first, query_chunks, stats);
+  const LaneQuery lane_of_query = lane_query(stats, c, warpgroup);
   const int first_pair = pairs.first, pair_count = pairs.count;
 
   Softmax state;
@@ -744,135 +705,19 @@ __global__ void __launch_bounds__(kTurnThreads, 1)
     __syncthreads();  // P and the rescales are in
 
     rescale_values(acc, stats.rescale, stats.rescaled, c);
-    multiply_tile(acc, x, operand_descriptor(exchange), first_pair, pair_count, warp, g, c, [] {});
+    multiply_tile(acc, x, operand_descriptor(exchange), first_pair, pair_count, warp, g, c);
   }
   __syncthreads();  // the tiles, the queries and the exchange are free
 
-  if (warpgroup == 0) write_finals(state, finals, warp, g, c, 1);
+  if (warpgroup == 0) write_finals(state, finals, warp, g, c);
   __syncthreads();
   float* const output = reinterpret_cast<float*>(tiles);
   write_values(acc, finals, place.channel_scales, output, width + 4, first_pair, pair_count, warp,
                g, c);
   __syncthreads();
-  write_frame_attention<__half, kTurnThreads>(output, width + 4, finals.max, finals.sum,
-                                              finals.coefficients, heads, width,
-                                              out + place.row * heads * width);
-}
-
-// The form in two roles (above): the scorer, then two value warpgroups.
-__global__ void __launch_bounds__(kRolesThreads, 1)
-    frame_attention_int8_roles_kernel(const __half* __restrict__ queries,
-                                      const __grid_constant__ CUtensorMap codes_map,
-                                      Int8Frames frames, int rows_per_window, int frame_count,
-                                      int heads, int width, __half* __restrict__ out) {
-  extern __shared__ __align__(1024) unsigned char shared[];
-  const Layout layout = Layout::of(width);
-  unsigned char* const query_chunks = shared + layout.queries;
-  unsigned char* const buffers = shared + layout.exchange;  // [kBuffers] of P
-  const Stats stats = Stats::at(shared + layout.stats);
-  unsigned char* const tiles = shared + layout.tiles;
-  const Finals finals = Finals::at(query_chunks);
-  if ((shared_address(shared) & 1023) != 0) __trap();  // as in the form in turn
-
-  allow_dependent_kernels();
-  const Place place = place_of(frames, rows_per_window, frame_count, width);
-  const int thread = threadIdx.x, group_thread = thread % 128;
-  const int warpgroup = __shfl_sync(0xffffffffu, thread / 128, 0);  // as in the form in turn
-  const int warp = group_thread / 32, lane = thread % 32, g = lane / 4, c = lane % 4;
-  const int stage_bytes = kTile * width;
-  const auto load = [&](int tile, int stage) {
-    load_tile(&codes_map, tiles + stage * stage_bytes, &stats.tile_full[stage], width, tile,
-              place.window);
-  };
-  if (thread == 0) {
-    for (int stage = 0; stage < kStages; ++stage) {
-      barrier_init(&stats.tile_full[stage], 1);
-      barrier_init(&stats.tile_free[stage], 128 * kValueGroups);
-    }
-    for (int buffer = 0; buffer < kBuffers; ++buffer) {
-      barrier_init(&stats.p_full[buffer], 1);
-      barrier_init(&stats.p_free[buffer], 128 * kValueGroups);
-    }
-    barrier_init_fence();
-    for (int stage = 0; stage < kStages && place.tile_begin + stage < place.tile_end; ++stage) {
-      load(place.tile_begin + stage, stage);
-    }
-  }
-
-  // The scorer takes all of S, each value warpgroup its pairs of O.
-  const int chunks = width / 128;
-  quantize_query<kRolesThreads>(queries + place.row * heads * width, place.channel_scales, heads,
-                                width, pairs_of(1, chunks).first, query_chunks, stats);
-  const auto write_out = [&] {
-    write_frame_attention<__half, kRolesThreads>(reinterpret_cast<const float*>(tiles), width + 4,
-                                                 finals.max, finals.sum, finals.coefficients, heads,
-                                                 width, out + place.row * heads * width);
-  };
-
-  // Each role runs to the end, where the whole CTA meets at the two named barriers (the finals
-  // are in; the output is in) and in write_frame_attention, which each calls within its own
-  // registers.
-  if (warpgroup == 0) {
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kScorerRegisters));
-    const LaneQuery lane_of_query = lane_query(stats, c, 0, 2);
-    warpgroup_sync(1);  // the byte sums are read before the warps' maxima take their place
-    Softmax state;
-    for (int tile = place.tile_begin, round = 0; tile < place.tile_end; ++tile, ++round) {
-      const int stage = round % kStages, buffer = round % kBuffers;
-      float frame_scale[2];
-      load_frame_scales(place, frame_count, tile, warp, g, frame_scale);
-      barrier_wait(&stats.tile_full[stage], (round / kStages) & 1);
-      float scores[12];
-      score_chunks(tiles + stage * stage_bytes, query_chunks, 0, chunks, lane_of_query, scores);
-      tile_maxima(scores, frame_scale, stats.warp_max, warp, g, c);
-      warpgroup_sync(1);
-      // The buffer's P of two tiles back has been multiplied (a fresh barrier passes at once).
-      barrier_wait(&stats.p_free[buffer], ((round / kBuffers) & 1) ^ 1);
-      write_probabilities(scores, frame_scale, stats.warp_max, state,
-                          stats.rescale + buffer * kHeads, stats.rescaled + buffer,
-                          buffers + buffer * kProbabilityBytes, warp, g, c);
-      warpgroup_sync(1);  // P and the rescales are in; every warp has read the maxima
-      if (group_thread == 0) barrier_arrive(&stats.p_full[buffer]);
-    }
-    write_finals(state, finals, warp, g, c, 1);
-    named_barrier(kFinalsBarrier, kRolesThreads);
-    named_barrier(kOutputBarrier, kRolesThreads);
-    write_out();
-  } else {
-    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kValueRegisters));
-    const int value_group = warpgroup - 1;
-    const Pairs pairs = pairs_of(value_group, chunks);
-    const int first_pair = pairs.first, pair_count = pairs.count;
-    ValueAccumulators acc;
-    clear(acc);
-    for (int tile = place.tile_begin, round = 0; tile < place.tile_end; ++tile, ++round) {
-      const int stage = round % kStages, buffer = round % kBuffers;
-      barrier_wait(&stats.p_full[buffer], (round / kBuffers) & 1);
-      barrier_wait(&stats.tile_full[stage], (round / kStages) & 1);  // the bytes, seen here too
-      rescale_values(acc, stats.rescale + buffer * kHeads, stats.rescaled + buffer, c);
-      multiply_tile(acc, tiles + stage * stage_bytes,
-                    operand_descriptor(buffers + buffer * kProbabilityBytes), first_pair,
-                    pair_count, warp, g, c, [&] { barrier_arrive(&stats.tile_free[stage]); });
-      barrier_arrive(&stats.p_free[buffer]);
-      // The tile two on, into this stage once both value warpgroups have read it.
-      if (value_group == 0 && group_thread == 0 && tile + kStages < place.tile_end) {
-        barrier_wait(&stats.tile_free[stage], (round / kStages) & 1);
-        load(tile + kStages, stage);
-      }
-    }
-    named_barrier(kFinalsBarrier, kRolesThreads);  // the scorer's finals are in
-    write_values(acc, finals, place.channel_scales, reinterpret_cast<float*>(tiles), width + 4,
-                 first_pair, pair_count, warp, g, c);
-    named_barrier(kOutputBarrier, kRolesThreads);
-    write_out();
-  }
-}
-
-// Whether the environment's HARK_CUDA_FRAME_ROLES asks for the form in two roles (read at each
-// call, so that a test can run both forms in one process).
-bool frame_roles_wanted() {
-  const char* value = std::getenv("HARK_CUDA_FRAME_ROLES");
-  return value != nullptr && std::strcmp(value, "1") == 0;
+  write_frame_attention<__half, kThreads>(output, width + 4, finals.max, finals.sum,
+                                          finals.coefficients, heads, width,
+                                          out + place.row * heads * width);
 }
 
 }  // namespace
@@ -913,21 +758,16 @@ void frame_attention_int8(Element e, const void* queries, int64_t rows, int head
   const uint32_t box[3] = {128, kTile, 1};
   const CUtensorMap codes_map =
       swizzled_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, frames.codes, 3, sizes, strides, box);
-  const bool roles = frame_roles_wanted();
   static const bool configured =
       (allow_shared_memory(frame_attention_int8_kernel, Layout::of(kMaxWidth).bytes,
                            "frame_attention_int8 shared memory"),
-       allow_shared_memory(frame_attention_int8_roles_kernel, Layout::of(kMaxWidth).bytes,
-                           "frame_attention_int8 shared memory"),
        true);
   (void)configured;
-  launch_kernel(roles ? frame_attention_int8_roles_kernel : frame_attention_int8_kernel,
-                dim3(splits, 1, static_cast<unsigned>(rows)),
-                dim3(roles ? kRolesThreads : kTurnThreads), static_cast<size_t>(layout.bytes),
-                splits, /*early_start=*/false, stream, "frame_attention_int8",
-                static_cast<const __half*>(queries), codes_map, frames,
-                static_cast<int>(rows_per_window), frame_count, heads, static_cast<int>(width),
-                static_cast<__half*>(out));
+  launch_kernel(frame_attention_int8_kernel, dim3(splits, 1, static_cast<unsigned>(rows)),
+                dim3(kThreads), static_cast<size_t>(layout.bytes), splits, /*early_start=*/false,
+                stream, "frame_attention_int8", static_cast<const __half*>(queries), codes_map,
+                frames, static_cast<int>(rows_per_window), frame_count, heads,
+                static_cast<int>(width), static_cast<__half*>(out));
 }
 
 }  // namespace hark::compute::cuda

@@ -20,8 +20,7 @@ bool frame_attention_int8_runs(Element e, int heads, int64_t width);
 // `frames` (quantize_frames), row r reading window r / rows_per_window (or the one window of all
 // rows). F32 accumulation and softmax; the scores in integers, the queries times the channel
 // scales split in two signed bytes (about 15 bits); the frames' codes and the probabilities enter
-// the values' product as F16. HARK_CUDA_FRAME_ROLES=1 in the environment (read at each call) takes
-// the kernel's second form, in two roles (frame_attention_sm90.cu), which has not run on a GPU.
+// the values' product as F16.
 void frame_attention_int8(Element e, const void* queries, int64_t rows, int heads, int64_t width,
                           const Int8Frames& frames, int frame_count, int64_t rows_per_window,
                           void* out, cudaStream_t stream);
