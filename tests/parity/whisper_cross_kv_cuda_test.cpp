@@ -131,30 +131,50 @@ TEST_P(WhisperCudaCrossKv, StaysNearNative) {
   }
 }
 
-// INT8 frames need a width that is a multiple of 128, which the oracle models (64) do not have:
-// a tiny Whisper of the tests' own with 4 heads of 64 and two decoder layers.
+// INT8 frames need a width that is a multiple of 128, and the staged INT8 attention heads of 64,
+// which the oracle models (64 wide) do not have: a tiny Whisper of the tests' own with 4 heads of
+// 64 and two decoder layers, and its usual prompt.
+struct WideTinyWhisper {
+  testing::TempDir checkpoint;
+  std::vector<int32_t> prompt = {testing::kTinySot, testing::kTinySot + 1,
+                                 testing::kTinySot + 2 + testing::kTinyLanguages,
+                                 testing::kTinySot + 2 + testing::kTinyLanguages + 4};
+  WideTinyWhisper() {
+    testing::TinyWhisperSpec spec;
+    spec.d_model = 256;
+    spec.heads = 4;
+    spec.encoder_ffn = 512;
+    spec.decoder_ffn = 512;
+    spec.decoder_layers = 2;
+    spec.storage = safetensors::ElementType::F16;
+    testing::write_tiny_whisper(checkpoint.path(), spec);
+  }
+};
+
 TEST(WhisperCudaInt8Frames, StaysNearNative) {
   if (!compute::cuda::available() ||
       !compute::cuda::frame_attention_int8_runs(compute::cuda::Element::f16, 4, 256)) {
     GTEST_SKIP() << "no H100/H200: " << compute::cuda::describe();
   }
-  testing::TempDir checkpoint;
-  testing::TinyWhisperSpec spec;
-  spec.d_model = 256;
-  spec.heads = 4;
-  spec.encoder_ffn = 512;
-  spec.decoder_ffn = 512;
-  spec.decoder_layers = 2;
-  spec.storage = safetensors::ElementType::F16;
-  testing::write_tiny_whisper(checkpoint.path(), spec);
-  const std::vector<int32_t> prompt = {testing::kTinySot, testing::kTinySot + 1,
-                                       testing::kTinySot + 2 + testing::kTinyLanguages,
-                                       testing::kTinySot + 2 + testing::kTinyLanguages + 4};
+  const WideTinyWhisper model;
   for (const StorageCase& c :
        {StorageCase{"frames", DType::F16, 1e-2}, StorageCase{"int8-frames", DType::F16, 3e-2}}) {
     SCOPED_TRACE(c.storage);
-    compare_with_native(checkpoint.path(), prompt, c);
+    compare_with_native(model.checkpoint.path(), model.prompt, c);
   }
+}
+
+// INT8 K/V through the staged attention (HARK_CUDA_INT8_STAGED, decode_attention_staged_sm90.h):
+// the prompt's rows and the replayed steps, held to INT8's bound as the register form is.
+TEST(WhisperCudaInt8Staged, StaysNearNative) {
+  // Where INT8 frames run, so does the staged form: both want a GPU of compute capability 9.0.
+  if (!compute::cuda::available() ||
+      !compute::cuda::frame_attention_int8_runs(compute::cuda::Element::f16, 4, 256)) {
+    GTEST_SKIP() << "no H100/H200: " << compute::cuda::describe();
+  }
+  const testing::ScopedEnv staged("HARK_CUDA_INT8_STAGED", "1");
+  const WideTinyWhisper model;
+  compare_with_native(model.checkpoint.path(), model.prompt, StorageCase{"int8", DType::F16, 3e-2});
 }
 
 // Frames: F16 rounds the folded query and the attended frames where native rounds K and V

@@ -17,6 +17,7 @@
 
 #include "base/error.h"
 #include "compute/cuda/cuda.h"
+#include "compute/cuda/decode_attention_staged_sm90.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/kernels.h"
 #include "format/quant.h"
@@ -570,11 +571,13 @@ void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
                        const std::vector<std::vector<int32_t>>& graph_steps = {}) {
   const int batch = static_cast<int>(c.lengths.size());
   const char* integers = std::getenv("HARK_CUDA_INT8_INTEGER_PRODUCTS");
+  const char* staged = std::getenv("HARK_CUDA_INT8_STAGED");
   SCOPED_TRACE(std::string(element_name(e)) + " batch " + std::to_string(batch) + " heads " +
                std::to_string(c.heads) + " head_dim " + std::to_string(c.head_dim) +
                (c.shared_kv ? " shared" : "") + " padding " + std::to_string(c.row_padding) +
                (group_major ? " group-major" : " rows") + " queries " + std::to_string(c.queries) +
-               " integer products " + (integers != nullptr ? integers : "default"));
+               " integer products " + (integers != nullptr ? integers : "default") + " staged " +
+               (staged != nullptr ? staged : "default"));
   const int64_t width = int64_t{c.heads} * c.head_dim;
   const int query_rows = batch * c.queries;
   Int8Strides strides;
@@ -665,15 +668,24 @@ void check_decode_int8(Element e, const DecodeCase& c, bool group_major = false,
   run_decode(launch, lengths, c.lengths, graph_steps, compare);
 }
 
-// Each case in both layouts, and for 16-bit queries with the integer products and without.
+// Each case in both layouts in the register form, for 16-bit queries with the integer products
+// and without, and staged through shared memory (decode_attention_staged_sm90.h: group-major
+// rows of 64 values without padding on an H100/H200; elsewhere the switch leaves the register
+// form).
 void check_decode_int8_layouts(Element e, const DecodeCase& c,
                                const std::vector<std::vector<int32_t>>& graph_steps = {}) {
-  for (const char* integers : {"1", "0"}) {
-    if (e == Element::f32 && integers[0] == '0') continue;  // F32 queries: the F32 form only
-    hark::testing::ScopedEnv setting("HARK_CUDA_INT8_INTEGER_PRODUCTS", integers);
-    check_decode_int8(e, c, false, graph_steps);
-    check_decode_int8(e, c, true, graph_steps);
+  {
+    hark::testing::ScopedEnv registers("HARK_CUDA_INT8_STAGED", "0");
+    for (const char* integers : {"1", "0"}) {
+      if (e == Element::f32 && integers[0] == '0') continue;  // F32 queries: the F32 form only
+      hark::testing::ScopedEnv setting("HARK_CUDA_INT8_INTEGER_PRODUCTS", integers);
+      check_decode_int8(e, c, false, graph_steps);
+      check_decode_int8(e, c, true, graph_steps);
+    }
   }
+  if (e == Element::f32) return;
+  hark::testing::ScopedEnv staged("HARK_CUDA_INT8_STAGED", "1");
+  check_decode_int8(e, c, true, graph_steps);
 }
 
 TEST(DecodeAttentionInt8Cuda, MixedLengths) {
@@ -868,6 +880,32 @@ TEST(DecodeAttentionCuda, ComputesItsOwnQuery) {
       for (int batch : {1, 5}) check_fused_query(e, 20, 1280, batch, q8_0);
       for (int batch : {1, 4}) check_fused_query(e, 6, 384, batch, q8_0);
     }
+  }
+}
+
+// Where the staged INT8 form is the default: from the batches where each (row, head) pair's keys
+// are split among at most 2 CTAs. On the GPU it was measured on (H100, 132 SMs, 3 CTAs an SM)
+// that is large-v3 from 8 sequences (bench/RESULTS.md, thirty-fifth session); a change of the
+// kernel's shared memory or registers that moves this line should be measured again.
+TEST(DecodeAttentionInt8Cuda, StagedFormPaysFromEightSequences) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  require_device();
+  Int8Kv kv;
+  kv.strides = group_major_strides(2 * 1280, 64, 1500);
+  if (!staged_int8_attention_runs(Element::f16, kv, 64)) {
+    EXPECT_FALSE(staged_int8_attention_pays(64, 20));
+    GTEST_SKIP() << "no H100/H200: " << describe();
+  }
+  EXPECT_FALSE(staged_int8_attention_runs(Element::f32, kv, 64));
+  EXPECT_FALSE(staged_int8_attention_runs(Element::f16, kv, 32));
+  for (int rows = 1; rows < 256; ++rows) {
+    if (staged_int8_attention_pays(rows, 20)) {
+      EXPECT_TRUE(staged_int8_attention_pays(rows + 1, 20)) << rows;
+    }
+  }
+  if (multiprocessor_count() == 132) {
+    for (int rows : {1, 2, 4}) EXPECT_FALSE(staged_int8_attention_pays(rows, 20)) << rows;
+    for (int rows : {8, 16, 64, 120}) EXPECT_TRUE(staged_int8_attention_pays(rows, 20)) << rows;
   }
 }
 

@@ -81,6 +81,17 @@ __device__ __forceinline__ void tma_load(void* target, const CUtensorMap* map, u
       : "memory");
 }
 
+// `bytes` (a multiple of 16) from `source` in global memory to `target` in shared memory, both
+// 16-byte aligned, in one bulk copy; the barrier counts them as they land.
+__device__ __forceinline__ void bulk_load(void* target, const void* source, uint32_t bytes,
+                                          uint64_t* barrier) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+          "r"(shared_address(target)),
+      "l"(source), "r"(bytes), "r"(shared_address(barrier))
+      : "memory");
+}
+
 // The box at `source` to (inner, outer) of the tensor `map` describes; the parts of the box past
 // the tensor's end are not written. Stores of one thread complete in groups (commit, wait).
 __device__ __forceinline__ void tma_store(const CUtensorMap* map, const void* source, int inner,

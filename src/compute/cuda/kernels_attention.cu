@@ -27,6 +27,8 @@
 
 #include "base/error.h"
 #include "compute/cuda/attention_sm90.h"
+#include "compute/cuda/decode_attention.cuh"
+#include "compute/cuda/decode_attention_staged_sm90.h"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/kernels.h"
@@ -36,8 +38,6 @@
 namespace hark::compute::cuda {
 
 namespace {
-
-constexpr int kMaxHeadDim = 128;
 
 // kDims consecutive elements as raw bits: 8 of F32, F16 or BF16 (32 or 16 bytes), 8 of INT8
 // (8 bytes) or 16 of INT8 (16 bytes). Loaded as whole vectors when kVector (aligned to them),
@@ -680,42 +680,9 @@ __global__ void __launch_bounds__(kGenericWarps * 32)
 // the lanes a key; 8 values in 8-byte loads where rows are not 16-byte aligned), each key's and
 // value's scale loaded along with it: the scale multiplies the key's partial dot product and the
 // value's softmax weight, so the dims themselves are only converted.
-
-constexpr int kDecodeWarps = 4;
-constexpr int kDecodeThreads = kDecodeWarps * 32;
-static_assert(kDecodeThreads >= kMaxHeadDim, "the final merges take one thread per dim");
-constexpr int kMaxSplits = 8;  // the portable cluster size limit
-constexpr int kDecodeTargetBlocks = 256;
-
-// Merges softmax state (max, sum, acc) of another part into (m, l, acc).
-template <int kValues>
-__device__ __forceinline__ void merge_softmax(float& m, float& l, float (&acc)[kValues],
-                                              float other_m, float other_l,
-                                              const float (&other_acc)[kValues]) {
-  const float new_max = fmaxf(m, other_m);
-  const float reference = exp_reference(new_max);
-  const float mine = expf(m - reference), theirs = expf(other_m - reference);
-  m = new_max;
-  l = l * mine + other_l * theirs;
-#pragma unroll
-  for (int i = 0; i < kValues; ++i) acc[i] = acc[i] * mine + other_acc[i] * theirs;
-}
-
-// An online softmax's step to a round's largest score: m becomes the running maximum, l and acc
-// are rescaled to it, and the reference for the round's exponentials is returned. `exp` is the
-// exponential of the scores' base.
-template <int kValues, class Exp>
-__device__ __forceinline__ float raise_maximum(float& m, float& l, float (&acc)[kValues],
-                                               float round_max, Exp exp) {
-  const float new_max = fmaxf(m, round_max);
-  const float reference = exp_reference(new_max);
-  const float rescale = exp(m - reference);
-  m = new_max;
-  l *= rescale;
-#pragma unroll
-  for (int i = 0; i < kValues; ++i) acc[i] *= rescale;
-  return reference;
-}
+// On Hopper, from the batches where each (row, head) pair's keys would be split among at most 2
+// CTAs (8 sequences of large-v3), group-major INT8 keys and values take a staged form instead
+// (decode_attention_staged_sm90.h): their rounds copied into shared memory by bulk copies.
 
 // Where a decode step's keys and values lie: position t of head h of sequence b at row t, group
 // h, block b of k and v in `strides` (kernels.h: Int8Strides), and for INT8 their scales, one per
@@ -881,90 +848,6 @@ __device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, 
   }
 }
 
-// ---- INT8 keys and values in integer products ------------------------------------------------
-//
-// With F16/BF16 queries, decode_attention_int8 multiplies in integers (kIntegers): dp4a sums four
-// INT8 products into an INT32 in one instruction, where the F32 form converts every byte to a
-// float (a permute and a subtraction) and multiplies it on its own. A lane's query values (times
-// the softmax scale and log2 e: scores in base 2) and a round's weights p · value scale are each
-// split into two INT8 parts on a scale of their largest magnitude, x ≈ unit · (128 · high + low)
-// with kQueryUnits (kWeightUnits) units to the largest: at most 1 / 32,512 (1 / 16,128) of it
-// off, where the query's own F16 rounding is up to 1 / 2,048 of its value. Scores and the values'
-// sums are then exact in INT32 up to that split. For the values' products, a key slot takes 4
-// consecutive keys a round (the F32 form: 4 keys a slot count apart), so that each of its lanes
-// holds the 4 keys' bytes of its dims, and 8 byte permutes turn 4 words of 4 dims into 4 words
-// of 4 keys: one dp4a pair a dim.
-constexpr int kQueryUnits = 127 * 128;
-// A value's sum over a round, |Σ 4 bytes · units| ≤ 4 · 127 · 8,064, stays under 2^22, where
-// int_to_float is exact.
-constexpr int kWeightUnits = 63 * 128;
-
-// x rounded to the nearest integer, for |x| < 2^22: x + 1.5 · 2^23 keeps it in its low mantissa
-// bits, rounded by the FP32 adder (F2I and I2F run at a quarter of the adder's rate on sm_90).
-__device__ __forceinline__ int round_to_int(float x) {
-  return __float_as_int(x + 12582912.0f) - 0x4B400000;
-}
-__device__ __forceinline__ float int_to_float(int x) {
-  return __int_as_float(x + 0x4B400000) - 12582912.0f;
-}
-
-// units (|units| ≤ 127 · 128) as 128 · high + low, high in −127 … 127 and low in −64 … 63.
-__device__ __forceinline__ void split_units(int units, int& high, int& low) {
-  high = (units + 64) >> 7;
-  low = units - high * 128;
-}
-
-// The low bytes of four ints in one word, b0 lowest.
-__device__ __forceinline__ uint32_t pack_bytes(int b0, int b1, int b2, int b3) {
-  return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
-}
-
-// Four words as a 4 · 4 matrix of bytes [word][byte], transposed: out[j] holds byte j of in[0],
-// in[1], in[2], in[3], lowest first.
-__device__ __forceinline__ void transpose_bytes(const uint32_t (&in)[4], uint32_t (&out)[4]) {
-  const uint32_t low01 = __byte_perm(in[0], in[1], 0x5140);
-  const uint32_t high01 = __byte_perm(in[0], in[1], 0x7362);
-  const uint32_t low23 = __byte_perm(in[2], in[3], 0x5140);
-  const uint32_t high23 = __byte_perm(in[2], in[3], 0x7362);
-  out[0] = __byte_perm(low01, low23, 0x5410);
-  out[1] = __byte_perm(low01, low23, 0x7632);
-  out[2] = __byte_perm(high01, high23, 0x5410);
-  out[3] = __byte_perm(high01, high23, 0x7632);
-}
-
-// Σ a_i · high_i and Σ a_i · low_i over the four signed bytes of `bytes` (high and low packed
-// likewise), added to the running sums.
-__device__ __forceinline__ void split_dot(uint32_t bytes, uint32_t high, uint32_t low,
-                                          int& high_sum, int& low_sum) {
-  high_sum = __dp4a(static_cast<int>(bytes), static_cast<int>(high), high_sum);
-  low_sum = __dp4a(static_cast<int>(bytes), static_cast<int>(low), low_sum);
-}
-
-// kCount values in units of their largest magnitude (kUnits of them to it; the unit is
-// returned), split and packed: byte i of high[j] and low[j] is value 4j + i's.
-template <int kUnits, int kCount>
-__device__ __forceinline__ float split_values(const float (&x)[kCount],
-                                              uint32_t (&high)[kCount / 4],
-                                              uint32_t (&low)[kCount / 4]) {
-  float largest = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kCount; ++i) largest = fmaxf(largest, fabsf(x[i]));
-  const float inverse = largest > 0.0f ? __fdividef(kUnits, largest) : 0.0f;
-#pragma unroll
-  for (int j = 0; j < kCount / 4; ++j) {
-    int highs[4], lows[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      // |x · inverse| ≤ kUnits, give or take the division's rounding, which the clamp takes.
-      const int units = min(kUnits, max(-kUnits, round_to_int(x[4 * j + i] * inverse)));
-      split_units(units, highs[i], lows[i]);
-    }
-    high[j] = pack_bytes(highs[0], highs[1], highs[2], highs[3]);
-    low[j] = pack_bytes(lows[0], lows[1], lows[2], lows[3]);
-  }
-  return largest * (1.0f / kUnits);
-}
-
 // INT8's 16 values a lane would take 168 registers, 3 CTAs an SM; held to 4 CTAs they fit in 128
 // without spilling. Other types keep the compiler's own choice (0: no minimum), and so does the
 // fused query (kQuery: query_product.x is set), whose launches are a few hundred CTAs.
@@ -978,10 +861,7 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
   constexpr bool kInt8 = std::is_same_v<Kv, int8_t>;
   static_assert(!kIntegers || (kInt8 && sizeof(T) == 2 && kDims == 16),
                 "integer products are for INT8 keys and values, 16 a lane, with 16-bit queries");
-  __shared__ float warp_max_values[kDecodeWarps], warp_sums[kDecodeWarps];
-  __shared__ float warp_outputs[kDecodeWarps][kMaxHeadDim];
-  __shared__ float block_max, block_sum;
-  __shared__ float block_output[kMaxHeadDim];
+  __shared__ DecodeMerge merge;
   __shared__ float query_rows[kQueryMaxRows];
   extern __shared__ __align__(16) unsigned char decode_shared[];  // the fused query's row of x
   namespace cg = cooperative_groups;
@@ -1064,7 +944,7 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
   // The fused query, computed with the first keys' loads already on their way.
   if constexpr (kQuery) {
     compute_query(query_product, query_weights, query_row, head, head_dim, splits, split, scale,
-                  reinterpret_cast<T*>(decode_shared), query_rows, warp_sums);
+                  reinterpret_cast<T*>(decode_shared), query_rows, merge.warp_sums);
     // Every CTA of the cluster has its rows of the head's query (kept until the cluster's last
     // sync below, after which no CTA reads another's).
     cg::cluster_group cluster = cg::this_cluster();
@@ -1079,64 +959,19 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
 
   float m = -INFINITY, l = 0.0f, acc[kDims] = {};
   if constexpr (kIntegers) {
-    // Scores in base 2: p = 2^(s − m) is one MUFU.EX2; m goes back to base e after the rounds.
-    float query_log2[kDims];
-#pragma unroll
-    for (int i = 0; i < kDims; ++i) query_log2[i] = query[i] * kLog2e;
-    uint32_t query_high[kDims / 4], query_low[kDims / 4];
-    const float query_unit = split_values<kQueryUnits>(query_log2, query_high, query_low);
-    const auto integer_round = [&](int first, const Chunk<Kv, kDims>(&round_keys)[kUnroll],
-                                   const Chunk<Kv, kDims>(&round_values)[kUnroll],
-                                   const float(&round_key_scales)[kUnroll],
-                                   const float(&round_value_scales)[kUnroll]) {
-      float scores[kUnroll];
-      float round_max = -INFINITY;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        uint32_t words[kDims / 4];
-        memcpy(words, &round_keys[u].bits, sizeof words);
-        int high = 0, low = 0;
-#pragma unroll
-        for (int j = 0; j < kDims / 4; ++j) {
-          split_dot(words[j], query_high[j], query_low[j], high, low);
-        }
-        float s = static_cast<float>(high * 128 + low) * query_unit;
-        for (int offset = 1; offset < lanes_per_key; offset <<= 1) {
-          s += __shfl_xor_sync(0xffffffffu, s, offset);
-        }
-        scores[u] = key_of(first, u) < end ? s * round_key_scales[u] : -INFINITY;
-        round_max = fmaxf(round_max, scores[u]);
-      }
-      const float reference =
-          raise_maximum(m, l, acc, round_max, [](float x) { return fast_exp2(x); });
-      float weights[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float p = fast_exp2(scores[u] - reference);
-        l += p;
-        weights[u] = p * round_value_scales[u];
-      }
-      uint32_t weights_high[1], weights_low[1];
-      const float weight_unit = split_values<kWeightUnits>(weights, weights_high, weights_low);
-      uint32_t words[kUnroll][kDims / 4];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) memcpy(words[u], &round_values[u].bits, sizeof words[u]);
-#pragma unroll
-      for (int j = 0; j < kDims / 4; ++j) {
-        const uint32_t by_key[4] = {words[0][j], words[1][j], words[2][j], words[3][j]};
-        uint32_t by_dim[4];
-        transpose_bytes(by_key, by_dim);
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          int high = 0, low = 0;
-          split_dot(by_dim[i], weights_high[0], weights_low[0], high, low);
-          acc[4 * j + i] = fmaf(int_to_float(high * 128 + low), weight_unit, acc[4 * j + i]);
-        }
-      }
-    };
+    const SplitQuery split_dims = split_query(query);
     for (int first = warp_begin; first < end; first += stride) {
       load_round(first + stride, next_keys, next_values, next_key_scales, next_value_scales);
-      integer_round(first, keys, values, key_scales, value_scales);
+      uint4 key_words[kUnroll], value_words[kUnroll];
+      bool inside[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        key_words[u] = keys[u].bits;
+        value_words[u] = values[u].bits;
+        inside[u] = key_of(first, u) < end;
+      }
+      integer_round(split_dims, key_words, value_words, key_scales, value_scales, inside,
+                    lanes_per_key, m, l, acc);
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         keys[u] = next_keys[u];
@@ -1185,56 +1020,8 @@ __global__ void __launch_bounds__(kDecodeThreads, std::is_same_v<Kv, int8_t> && 
     }
   }
 
-  // Lane groups of a warp: lanes with the same `part` hold the same dims.
-  for (int offset = lanes_per_key; offset < 32; offset <<= 1) {
-    float other_acc[kDims];
-#pragma unroll
-    for (int i = 0; i < kDims; ++i) other_acc[i] = __shfl_xor_sync(0xffffffffu, acc[i], offset);
-    const float other_m = __shfl_xor_sync(0xffffffffu, m, offset);
-    const float other_l = __shfl_xor_sync(0xffffffffu, l, offset);
-    merge_softmax(m, l, acc, other_m, other_l, other_acc);
-  }
-  if (slot == 0) {
-    if (lane == 0) warp_max_values[warp] = m, warp_sums[warp] = l;
-    if (active) {
-#pragma unroll
-      for (int i = 0; i < kDims; ++i) warp_outputs[warp][first_dim + i] = acc[i];
-    }
-  }
-  __syncthreads();
-
-  // Warps of the CTA: thread d < head_dim combines dim d.
-  float block_m = -INFINITY;
-  for (int w = 0; w < kDecodeWarps; ++w) block_m = fmaxf(block_m, warp_max_values[w]);
-  const float reference = exp_reference(block_m);
-  float block_l = 0.0f, block_acc = 0.0f;
-  for (int w = 0; w < kDecodeWarps; ++w) {
-    const float weight = expf(warp_max_values[w] - reference);
-    block_l += warp_sums[w] * weight;
-    if (thread < head_dim) block_acc += warp_outputs[w][thread] * weight;
-  }
   T* const target = out + query_row * out_stride + head * head_dim;
-  if (splits == 1) {
-    if (thread < head_dim) target[thread] = from_float<T>(block_l > 0.0f ? block_acc / block_l : 0);
-    return;
-  }
-
-  // The cluster's CTAs: rank 0 reads the others' states from their shared memory.
-  if (thread < head_dim) block_output[thread] = block_acc;
-  if (thread == 0) block_max = block_m, block_sum = block_l;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();
-  if (cluster.block_rank() == 0 && thread < head_dim) {
-    float m_all = -INFINITY, l_all = 0.0f, acc_all[1] = {0.0f};
-    for (int rank = 0; rank < splits; ++rank) {
-      const float other_m = *cluster.map_shared_rank(&block_max, rank);
-      const float other_l = *cluster.map_shared_rank(&block_sum, rank);
-      const float other_acc[1] = {*cluster.map_shared_rank(&block_output[thread], rank)};
-      merge_softmax(m_all, l_all, acc_all, other_m, other_l, other_acc);
-    }
-    target[thread] = from_float<T>(l_all > 0.0f ? acc_all[0] / l_all : 0.0f);
-  }
-  cluster.sync();  // the other CTAs' shared memory must outlive rank 0's reads
+  finish_decode_attention(m, l, acc, lanes_per_key, first_dim, active, head_dim, target, merge);
 }
 
 // ---- INT8 keys and values ---------------------------------------------------------------------
@@ -1433,6 +1220,17 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
 bool int8_integer_products() {
   const char* value = std::getenv("HARK_CUDA_INT8_INTEGER_PRODUCTS");
   return value == nullptr || std::strcmp(value, "0") != 0;
+}
+
+// Whether INT8 keys and values take the staged form (decode_attention_staged_sm90.h) where it
+// runs and no query is fused: by default where it pays (staged_int8_attention_pays), never where
+// the environment's HARK_CUDA_INT8_STAGED says 0, wherever it runs where it says 1. Read at every
+// call, so that a test can run each way in one process.
+bool int8_staged(int rows, int heads) {
+  const char* value = std::getenv("HARK_CUDA_INT8_STAGED");
+  if (value != nullptr && std::strcmp(value, "0") == 0) return false;
+  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
+  return staged_int8_attention_pays(rows, heads);
 }
 
 // The CTAs a decode attention splits each (query row, head) pair's keys among: only while the
@@ -1687,6 +1485,11 @@ void decode_attention_int8(Element e, const void* q, int64_t q_stride, const Int
   if (queries_per_sequence < 1 || batch % queries_per_sequence != 0) {
     fail("decode_attention_int8: ", batch, " query rows are not a multiple of ",
          queries_per_sequence, " queries per sequence");
+  }
+  if (query == nullptr && int8_integer_products() && staged_int8_attention_runs(e, kv, head_dim) &&
+      int8_staged(batch, heads)) {
+    return decode_attention_int8_staged(e, q, q_stride, kv, lengths, out, out_stride, batch, heads,
+                                        scale, queries_per_sequence, stream);
   }
   const KvPlaces places{kv.strides, kv.k_scales, kv.v_scales, queries_per_sequence};
   with_type(e, [&](auto zero) {
