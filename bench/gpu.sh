@@ -173,7 +173,9 @@ if has experiments; then
   # HARK_EXP_BATCHES (1,4,8,16,32) change the run. step-decode-linear and step-skinny put every
   # batch of the fused step on one kernel (the default switches at 8 sequences, 10 with Q8_0);
   # query-launch gives the cross-attention's query a launch of its own at every batch (the default
-  # computes it inside the attention only with native K/V: HARK_EXP_CROSS_KV=native).
+  # computes it inside the attention only with native K/V: HARK_EXP_CROSS_KV=native);
+  # int8-registers and int8-staged put every batch's INT8 cross-attention on one form (the default
+  # stages from 8 sequences of large-v3).
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
@@ -186,6 +188,8 @@ if has experiments; then
     "step-skinny|f16|HARK_CUDA_SKINNY_STEP=1"
     "products-to-8|f16|HARK_CUDA_FUSED_STEP_MAX_BATCH=0"
     "query-launch|f16|HARK_CUDA_FUSED_QUERY=0"
+    "int8-registers|f16|HARK_CUDA_INT8_STAGED=0"
+    "int8-staged|f16|HARK_CUDA_INT8_STAGED=1"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
