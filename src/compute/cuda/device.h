@@ -25,6 +25,10 @@ void check_launch(const char* what);
 // The current device's multiprocessor count, read once (hark runs on one device).
 int multiprocessor_count();
 
+// Whether the environment variable `name` is `value`. The backend's switches (HARK_CUDA_…) read
+// it at every call, so that a test can compare both ways in one process.
+bool environment_is(const char* name, const char* value);
+
 // Device memory owned by one object. Move-only; freed in the destructor.
 class Buffer {
  public:

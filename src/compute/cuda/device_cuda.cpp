@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -85,6 +86,11 @@ int multiprocessor_count() {
     return value;
   }();
   return count;
+}
+
+bool environment_is(const char* name, const char* value) {
+  const char* setting = std::getenv(name);
+  return setting != nullptr && std::strcmp(setting, value) == 0;
 }
 
 // What both constructors do after asking for the memory: out of memory gets its own error.

@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -1218,8 +1217,7 @@ void launch_attention(const AttentionArguments& a, cudaStream_t stream) {
 // the F32 form where the environment's HARK_CUDA_INT8_INTEGER_PRODUCTS says 0 (to compare them).
 // Read at every call, so that a test can run each way in one process.
 bool int8_integer_products() {
-  const char* value = std::getenv("HARK_CUDA_INT8_INTEGER_PRODUCTS");
-  return value == nullptr || std::strcmp(value, "0") != 0;
+  return !environment_is("HARK_CUDA_INT8_INTEGER_PRODUCTS", "0");
 }
 
 // Whether INT8 keys and values take the staged form (decode_attention_staged_sm90.h) where it
@@ -1227,10 +1225,8 @@ bool int8_integer_products() {
 // the environment's HARK_CUDA_INT8_STAGED says 0, wherever it runs where it says 1. Read at every
 // call, so that a test can run each way in one process.
 bool int8_staged(int rows, int heads) {
-  const char* value = std::getenv("HARK_CUDA_INT8_STAGED");
-  if (value != nullptr && std::strcmp(value, "0") == 0) return false;
-  if (value != nullptr && std::strcmp(value, "1") == 0) return true;
-  return staged_int8_attention_pays(rows, heads);
+  if (environment_is("HARK_CUDA_INT8_STAGED", "0")) return false;
+  return environment_is("HARK_CUDA_INT8_STAGED", "1") || staged_int8_attention_pays(rows, heads);
 }
 
 // The CTAs a decode attention splits each (query row, head) pair's keys among: only while the
@@ -1361,9 +1357,8 @@ void launch_append_kv(const void* new_k, const void* new_v, int64_t new_row_stri
 // (never: to compare with the mma.sync kernel) or 1 (wherever it runs). Read at every call, so
 // that a test can run each way in one process.
 bool use_sm90_attention(Element e, const DenseAttention& a) {
-  const char* value = std::getenv("HARK_CUDA_SM90_ATTENTION");
-  if (value != nullptr && std::strcmp(value, "0") == 0) return false;
-  if (value != nullptr && std::strcmp(value, "1") == 0) return flash_attention_sm90_runs(e, a);
+  if (environment_is("HARK_CUDA_SM90_ATTENTION", "0")) return false;
+  if (environment_is("HARK_CUDA_SM90_ATTENTION", "1")) return flash_attention_sm90_runs(e, a);
   return flash_attention_sm90_preferred(e, a);
 }
 

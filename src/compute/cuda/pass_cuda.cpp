@@ -1,9 +1,7 @@
 #include "compute/cuda/pass.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -39,16 +37,9 @@ bool reads_q8_0_directly(const Matrix& w, int64_t m, const void* x) {
   return w.q8_0 && m <= kMaxStepRows && aligned16(x);
 }
 
-// Whether the environment variable `name` is `value`. The switches below are read at every
-// product, so that a test can compare both ways in one process.
-bool set_to(const char* name, const char* value) {
-  const char* setting = std::getenv(name);
-  return setting != nullptr && std::string(setting) == value;
-}
-
 // HARK_CUDA_SM90_GEMM=0 turns the Hopper kernels off (to compare with cuBLASLt's products).
 bool sm90_gemm_enabled() {
-  return !set_to("HARK_CUDA_SM90_GEMM", "0");
+  return !environment_is("HARK_CUDA_SM90_GEMM", "0");
 }
 
 // Whether skinny_linear may take a product of m rows: up to kSkinnyMaxRows, on the Hopper
@@ -57,7 +48,8 @@ bool sm90_gemm_enabled() {
 // shared memory: at 32 sequences that took large-v3's Q8_0 step from 4.41 ms (the weights
 // expanded by a kernel of their own first) to 3.62 (bench/RESULTS.md, thirty-first session).
 bool skinny_linear_enabled(int64_t m) {
-  return m <= kSkinnyMaxRows && sm90_gemm_enabled() && !set_to("HARK_CUDA_SKINNY_LINEAR", "0");
+  return m <= kSkinnyMaxRows && sm90_gemm_enabled() &&
+         !environment_is("HARK_CUDA_SKINNY_LINEAR", "0");
 }
 
 // The products' rule (Pass::linear, activation_linear, norm_linear): skinny_linear where it is
@@ -75,8 +67,8 @@ bool takes_skinny_linear(const Matrix& w, int64_t m, const void* x) {
 constexpr int64_t kSkinnyStepMinRows = 8, kSkinnyStepMinRowsQ8 = 10;
 
 bool step_takes_skinny_linear(const Matrix& w, int64_t m) {
-  if (!skinny_linear_enabled(m) || set_to("HARK_CUDA_SKINNY_STEP", "0")) return false;
-  return set_to("HARK_CUDA_SKINNY_STEP", "1") ||
+  if (!skinny_linear_enabled(m) || environment_is("HARK_CUDA_SKINNY_STEP", "0")) return false;
+  return environment_is("HARK_CUDA_SKINNY_STEP", "1") ||
          m >= (w.q8_0 ? kSkinnyStepMinRowsQ8 : kSkinnyStepMinRows);
 }
 
@@ -85,7 +77,7 @@ bool step_takes_skinny_linear(const Matrix& w, int64_t m) {
 // batch lost (bench/RESULTS.md, thirty-first session). HARK_CUDA_SKINNY_NORM=0 turns it off, to
 // compare.
 bool skinny_norm_enabled() {
-  return !set_to("HARK_CUDA_SKINNY_NORM", "0");
+  return !environment_is("HARK_CUDA_SKINNY_NORM", "0");
 }
 
 // Whether skinny_linear's Q/K/V product of a step past the fused step's sequences (Pass::
@@ -93,7 +85,7 @@ bool skinny_norm_enabled() {
 // large-v3's step took 2.36 ms so at 16 sequences against 2.41, 3.01 against 3.13 at 32
 // (bench/RESULTS.md, thirty-first session). HARK_CUDA_SKINNY_SCATTER=0 turns it off, to compare.
 bool skinny_scatter_enabled() {
-  return !set_to("HARK_CUDA_SKINNY_SCATTER", "0");
+  return !environment_is("HARK_CUDA_SKINNY_SCATTER", "0");
 }
 
 // `count` F32 values as `element` bytes, appended to `out`.
