@@ -25,15 +25,17 @@
 //     values' product over the same shared memory, while the second waits;
 //   O: each warpgroup over its half of the width's rows: 5 pairs of 64-row tiles for large-v3,
 //     120 F32 accumulators a thread.
-// At batch 120 a CTA takes 24 tiles, 4.2 µs each on the H200 (101.6 µs a layer of large-v3).
-// On an H100 the launch took 115 µs; with the products skipped (the tiles only loaded) 105, and
-// with the loads skipped (the products over the first two tiles again and again) 94
-// (bench/RESULTS.md, thirty-fourth session). So either half alone takes nearly the whole time:
-// the ring holds one tile in flight while the other is used, and the products' chain of a tile
-// is itself about 4 µs; a faster kernel must shorten both. A second form that ran S and the
-// softmax in a third warpgroup while the other two multiplied the tile before (mbarriers handing
-// stages and two buffers of P over) took as long, 115-116 µs, and is in this file's history
-// (9102331).
+// Before the first tile the CTA quantizes its query row (quantize_query), staged in the second
+// stage by one bulk copy. At batch 120 a CTA takes 24 tiles; on an H100 the launch takes
+// 100-104 µs (bench/RESULTS.md, thirty-sixth session). Nsight Compute's samples of it put a
+// quarter of the time in the query's quantization while its pieces came from memory one round
+// trip at a time (113 µs then), and the second warpgroup waiting on the first one's softmax for
+// about a tenth. With the tiles only loaded the launch took 105 µs of the 115 it took then, with
+// only the products 94 (thirty-fourth session), yet issuing each tile's load as soon as its stage
+// frees (two tiles in flight while the CTA waits) and a third set of O's fragments in flight
+// were no faster (116 and 115 µs). A form that ran S and the softmax in a third warpgroup while
+// the other two multiplied the tile before (mbarriers handing stages and two buffers of P over)
+// took as long, 115-116 µs, and is in this file's history (9102331).
 //
 // The tile is stored as wgmma's K-major operand in the 128-byte swizzle: per 128 columns a
 // [64 frames][128 bytes] block, 16-byte piece p of frame t at p ^ (t % 8). For O, 64-row tiles
@@ -98,11 +100,13 @@ struct Layout {
 static_assert(Layout::of(kMaxWidth).bytes <= 227 * 1024, "shared memory of one CTA");
 static_assert(kHeads * (kMaxWidth + 4) * 4 <= kStages * kTile * kMaxWidth, "output in the stages");
 
-// The stats' space: a barrier per stage (its tile is in), each of the softmax's warps' maxima of
-// a tile (until the first tile, the query's byte sums: each head's Σ hi and Σ lo per half of
-// the width), the tile's rescale factors and whether any is not 1, and each head's s₁.
+// The stats' space: a barrier per stage (its tile is in), one for the query row and its window's
+// channel scales (staged in the second stage before its first tile), each of the softmax's warps'
+// maxima of a tile (until the first tile, the query's byte sums: each head's Σ hi and Σ lo per half
+// of the width), the tile's rescale factors and whether any is not 1, and each head's s₁.
 struct Stats {
   uint64_t* tile_full;
+  uint64_t* query_full;
   float* warp_max;     // [4][kHeads]
   int* byte_sums;      // [2][kHeads][2], in warp_max's place
   float* rescale;      // [kHeads]
@@ -111,7 +115,8 @@ struct Stats {
   __device__ static Stats at(unsigned char* base) {
     Stats s;
     s.tile_full = reinterpret_cast<uint64_t*>(base);
-    s.warp_max = reinterpret_cast<float*>(s.tile_full + kStages);
+    s.query_full = s.tile_full + kStages;
+    s.warp_max = reinterpret_cast<float*>(s.query_full + 1);
     s.byte_sums = reinterpret_cast<int*>(s.warp_max);
     s.rescale = s.warp_max + 4 * kHeads;
     s.rescaled = reinterpret_cast<int*>(s.rescale + kHeads);
@@ -119,7 +124,7 @@ struct Stats {
     return s;
   }
 };
-static_assert(8 * kStages + 4 * (4 * kHeads + kHeads + 1 + kHeads) <= kStatsBytes);
+static_assert(8 * (kStages + 1) + 4 * (4 * kHeads + kHeads + 1 + kHeads) <= kStatsBytes);
 static_assert(2 * kHeads * 2 <= 4 * kHeads, "the byte sums fit where the warps' maxima go");
 
 // The finals, in the queries' space once the last tile's S is done: each head's max, sum and
@@ -211,16 +216,32 @@ __device__ __forceinline__ void load_tile(const CUtensorMap* codes_map, unsigned
   }
 }
 
-// The query row times the channel scales as two signed bytes a value (above), into the
-// queries' chunks: first each head's largest magnitude (its s₁ = largest / 127), then the
-// bytes, a thread per head and 16 columns at a time, with each head's Σ hi and Σ lo over the
-// first `first_chunks` chunks and over the rest. Every thread of the CTA calls it; it ends with
-// the CTA synchronised and the chunks visible to wgmma.
-__device__ __forceinline__ void quantize_query(const __half* query, const float* channel_scales,
-                                               int heads, int width, int first_chunks,
-                                               unsigned char* query_chunks, const Stats& stats) {
-  const int thread = threadIdx.x;
-  const int pieces_of_heads = kHeads * (width / 16);
+// The query row and its window's channel scales, copied by thread 0 into `staging` (the second
+// stage, free until the loop asks for the second tile): one round trip to memory instead of one
+// per piece of the query (at batch 120 the pieces' round trips took a quarter of the kernel:
+// bench/RESULTS.md, thirty-sixth session).
+__device__ __forceinline__ void stage_query(const __half* query, const float* channel_scales,
+                                            int heads, int width, unsigned char* staging,
+                                            uint64_t* full) {
+  const uint32_t query_bytes = static_cast<uint32_t>(heads * width * 2);
+  barrier_expect_bytes(full, query_bytes + static_cast<uint32_t>(width * 4));
+  bulk_load(staging, query, query_bytes, full);
+  bulk_load(staging + query_bytes, channel_scales, static_cast<uint32_t>(width * 4), full);
+}
+
+// The staged query row times the channel scales as two signed bytes a value (above), into the
+// queries' chunks: warp w takes heads w, w + 8 and w + 16 (kHeads = 24: three each, the padding
+// heads' bytes zero), its lanes 16 columns at a time. First each head's largest magnitude (its
+// s₁ = largest / 127), then the bytes, with each head's Σ hi and Σ lo over the first
+// `first_chunks` chunks and over the rest. Every thread of the CTA calls it; it ends with the
+// CTA synchronised and the chunks visible to wgmma.
+__device__ __forceinline__ void quantize_query(const unsigned char* staging, int heads, int width,
+                                               int first_chunks, unsigned char* query_chunks,
+                                               const Stats& stats) {
+  static_assert(kHeads == 3 * kThreads / 32, "three heads a warp");
+  const __half* const query = reinterpret_cast<const __half*>(staging);
+  const float* const channel_scales = reinterpret_cast<const float*>(staging + heads * width * 2);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, pieces = width / 16;
   const auto scaled_query = [&](int h, int column, float(&values)[16]) {
     __half raw[16];
     *reinterpret_cast<uint4*>(raw) = *reinterpret_cast<const uint4*>(query + h * width + column);
@@ -235,52 +256,74 @@ __device__ __forceinline__ void quantize_query(const __half* query, const float*
       values[4 * q + 3] = __half2float(raw[4 * q + 3]) * scales.w;
     }
   };
-  if (thread < kHeads) stats.query_scale[thread] = 0.0f;
-  if (thread < 4 * kHeads) stats.byte_sums[thread] = 0;
-  __syncthreads();
-  for (int i = thread; i < pieces_of_heads; i += kThreads) {
-    const int h = i / (width / 16), column = i % (width / 16) * 16;
-    if (h >= heads) continue;
-    float values[16];
-    scaled_query(h, column, values);
+#pragma unroll 1
+  for (int h = warp; h < kHeads; h += kThreads / 32) {
     float largest = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) largest = fmaxf(largest, fabsf(values[j]));
-    // Non-negative floats order as their bits do.
-    atomicMax(reinterpret_cast<int*>(stats.query_scale + h), __float_as_int(largest));
-  }
-  __syncthreads();
-  for (int i = thread; i < pieces_of_heads; i += kThreads) {
-    const int h = i / (width / 16), column = i % (width / 16) * 16;
-    uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
-    int hi_sum = 0, lo_sum = 0;
     if (h < heads) {
-      float values[16];
-      scaled_query(h, column, values);
-      const float largest = stats.query_scale[h];
-      const float high_step = largest > 0.0f ? largest / 127.0f : 1.0f;
-      const float low_step = high_step / 254.0f;
+      for (int piece = lane; piece < pieces; piece += 32) {
+        float values[16];
+        scaled_query(h, piece * 16, values);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        const float high = rintf(values[j] / high_step);
-        const float low =
-            fminf(fmaxf(rintf((values[j] - high * high_step) / low_step), -127.0f), 127.0f);
-        hi_sum += static_cast<int>(high);
-        lo_sum += static_cast<int>(low);
-        hi[j / 4] |= (static_cast<uint32_t>(static_cast<int>(high)) & 0xFFu) << (8 * (j % 4));
-        lo[j / 4] |= (static_cast<uint32_t>(static_cast<int>(low)) & 0xFFu) << (8 * (j % 4));
+        for (int j = 0; j < 16; ++j) largest = fmaxf(largest, fabsf(values[j]));
       }
-      const int half = column / 128 < first_chunks ? 0 : 1;
-      atomicAdd(stats.byte_sums + (half * kHeads + h) * 2, hi_sum);
-      atomicAdd(stats.byte_sums + (half * kHeads + h) * 2 + 1, lo_sum);
+#pragma unroll
+      for (int mask = 16; mask > 0; mask /= 2) {
+        largest = fmaxf(largest, __shfl_xor_sync(0xffffffffu, largest, mask));
+      }
     }
-    unsigned char* const chunk = query_chunks + (column / 128) * kQueryChunkBytes;
-    const int piece = column % 128 / 16;
-    *reinterpret_cast<uint4*>(chunk + h * kOperandRowBytes + ((piece ^ (h & 7)) * 16)) =
-        make_uint4(hi[0], hi[1], hi[2], hi[3]);
-    const int low_row = kHeads + h;
-    *reinterpret_cast<uint4*>(chunk + low_row * kOperandRowBytes + ((piece ^ (low_row & 7)) * 16)) =
-        make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    const float high_step = largest > 0.0f ? largest / 127.0f : 1.0f;
+    // Multiplications by the steps' reciprocals: the bytes are an approximation of the query
+    // to half a step either way, and a division's exact rounding buys nothing there.
+    const float per_high = 1.0f / high_step, per_low = 254.0f * per_high;
+    int hi_sums[2] = {0, 0}, lo_sums[2] = {0, 0};
+    for (int piece = lane; piece < pieces; piece += 32) {
+      const int column = piece * 16;
+      uint32_t hi[4] = {0u, 0u, 0u, 0u}, lo[4] = {0u, 0u, 0u, 0u};
+      if (h < heads) {
+        float values[16];
+        scaled_query(h, column, values);
+        int hi_sum = 0, lo_sum = 0;
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+          const float high = rintf(values[j] * per_high);
+          const float low =
+              fminf(fmaxf(rintf((values[j] - high * high_step) * per_low), -127.0f), 127.0f);
+          hi_sum += static_cast<int>(high);
+          lo_sum += static_cast<int>(low);
+          hi[j / 4] |= (static_cast<uint32_t>(static_cast<int>(high)) & 0xFFu) << (8 * (j % 4));
+          lo[j / 4] |= (static_cast<uint32_t>(static_cast<int>(low)) & 0xFFu) << (8 * (j % 4));
+        }
+        // Registers, not an array indexed at run time (which would live in local memory).
+        const bool first_half = column / 128 < first_chunks;
+        hi_sums[0] += first_half ? hi_sum : 0;
+        hi_sums[1] += first_half ? 0 : hi_sum;
+        lo_sums[0] += first_half ? lo_sum : 0;
+        lo_sums[1] += first_half ? 0 : lo_sum;
+      }
+      unsigned char* const chunk = query_chunks + (column / 128) * kQueryChunkBytes;
+      const int at = column % 128 / 16;
+      *reinterpret_cast<uint4*>(chunk + h * kOperandRowBytes + ((at ^ (h & 7)) * 16)) =
+          make_uint4(hi[0], hi[1], hi[2], hi[3]);
+      const int low_row = kHeads + h;
+      *reinterpret_cast<uint4*>(chunk + low_row * kOperandRowBytes + ((at ^ (low_row & 7)) * 16)) =
+          make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int mask = 16; mask > 0; mask /= 2) {
+        hi_sums[half] += __shfl_xor_sync(0xffffffffu, hi_sums[half], mask);
+        lo_sums[half] += __shfl_xor_sync(0xffffffffu, lo_sums[half], mask);
+      }
+    }
+    if (lane == 0) {
+      stats.query_scale[h] = largest;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        stats.byte_sums[(half * kHeads + h) * 2] = hi_sums[half];
+        stats.byte_sums[(half * kHeads + h) * 2 + 1] = lo_sums[half];
+      }
+    }
   }
   fence_shared_for_tma();
   __syncthreads();
@@ -654,16 +697,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int stage_bytes = kTile * width;
   if (thread == 0) {
     for (int stage = 0; stage < kStages; ++stage) barrier_init(&stats.tile_full[stage], 1);
+    barrier_init(stats.query_full, 1);
     barrier_init_fence();
+    stage_query(queries + place.row * heads * width, place.channel_scales, heads, width,
+                tiles + stage_bytes, stats.query_full);
     if (place.tile_begin < place.tile_end) {
       load_tile(&codes_map, tiles, &stats.tile_full[0], width, place.tile_begin, place.window);
     }
   }
+  __syncthreads();  // the barriers are initialised
 
   // Each warpgroup's S takes the chunks of its pairs of O.
   const Pairs pairs = pairs_of(warpgroup, width / 128);
-  quantize_query(queries + place.row * heads * width, place.channel_scales, heads, width,
-                 pairs_of(1, width / 128).first, query_chunks, stats);
+  barrier_wait(stats.query_full, 0);
+  quantize_query(tiles + stage_bytes, heads, width, pairs_of(1, width / 128).first, query_chunks,
+                 stats);
   const LaneQuery lane_of_query = lane_query(stats, c, warpgroup);
   const int first_pair = pairs.first, pair_count = pairs.count;
 
@@ -671,6 +719,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   ValueAccumulators acc;
   clear(acc);
 
+  // The first warpgroup's frame scales, a tile ahead: in flight during the tile before.
+  float next_frame_scale[2] = {0.0f, 0.0f};
+  if (warpgroup == 0 && place.tile_begin < place.tile_end) {
+    load_frame_scales(place, frame_count, place.tile_begin, warp, g, next_frame_scale);
+  }
   for (int tile = place.tile_begin, round = 0; tile < place.tile_end; ++tile, ++round) {
     barrier_wait(&stats.tile_full[round % kStages], (round / kStages) & 1);
     __syncthreads();  // the last tile's products are done with the exchange and the other stage
@@ -680,9 +733,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                 place.window);
     }
     const unsigned char* const x = tiles + (round % kStages) * stage_bytes;
-    // The first warpgroup's frame scales of this tile, in flight during S.
-    float frame_scale[2] = {0.0f, 0.0f};
-    if (warpgroup == 0) load_frame_scales(place, frame_count, tile, warp, g, frame_scale);
+    const float frame_scale[2] = {next_frame_scale[0], next_frame_scale[1]};
+    if (warpgroup == 0 && tile + 1 < place.tile_end) {
+      load_frame_scales(place, frame_count, tile + 1, warp, g, next_frame_scale);
+    }
 
     float scores[12];
     score_chunks(x, query_chunks, first_pair, pair_count, lane_of_query, scores);
@@ -736,8 +790,9 @@ void frame_attention_int8(Element e, const void* queries, int64_t rows, int head
          " (wants an H100/H200, F16, at most 24 heads, a width that is a multiple of 128 up to "
          "1280)");
   }
-  if (!aligned(queries, 16) || !aligned(frames.codes, 16) || !aligned(out, 16)) {
-    fail("frame_attention_int8: queries, codes and output must be 16-byte aligned");
+  if (!aligned(queries, 16) || !aligned(frames.codes, 16) || !aligned(frames.channel_scales, 16) ||
+      !aligned(out, 16)) {
+    fail("frame_attention_int8: queries, codes, channel scales and output must be 16-byte aligned");
   }
   if (frame_count <= 0) fail("frame_attention_int8: ", frame_count, " frames");
   if (rows > 65535) fail("frame_attention_int8: ", rows, " rows (at most 65535 a launch)");

@@ -20,12 +20,29 @@ constexpr int kMaxFrameSplits = 8;  // the portable cluster size
 // (unnormalised), final_max and final_sum [heads] of every CTA of the cluster (gridDim.x of them,
 // this one blockIdx.x); coefficients is [kMaxFrameSplits][kMaxFrameHeads] F32 of scratch. Every
 // thread of the CTA calls it once those arrays are written and visible to the CTA.
-template <class T, int kThreads>
+template <class T, int kThreads, int kPack = 4>
 __device__ void write_frame_attention(const float* output, int64_t output_pitch,
                                       const float* final_max, const float* final_sum,
                                       float* coefficients, int cta_heads, int width, T* target) {
   const int splits = gridDim.x, split = blockIdx.x, thread = threadIdx.x;
+  const int share = (width + splits - 1) / splits;
+  // Four columns a thread at a time where every row allows it (every Whisper width does):
+  // 16-byte loads of the F32 outputs and one store, a quarter of the instructions.
+  const bool packed = share % kPack == 0 && width % kPack == 0 && output_pitch % kPack == 0 &&
+                      reinterpret_cast<uintptr_t>(target) % (kPack * sizeof(T)) == 0;
   if (splits == 1) {
+    if (packed) {
+      const int packs = width / kPack;
+      for (int i = thread; i < cta_heads * packs; i += kThreads) {
+        const int h = i / packs, column = i % packs * kPack;
+        const float sum = final_sum[h];
+        const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
+        const float4 o = *reinterpret_cast<const float4*>(output + h * output_pitch + column);
+        const float values[kPack] = {o.x * inverse, o.y * inverse, o.z * inverse, o.w * inverse};
+        store_pack(values, target + h * width + column);
+      }
+      return;
+    }
     for (int h = 0; h < cta_heads; ++h) {
       const float sum = final_sum[h];
       const float inverse = sum > 0.0f ? 1.0f / sum : 0.0f;
@@ -58,7 +75,6 @@ __device__ void write_frame_attention(const float* output, int64_t output_pitch,
     for (int rank = 0; rank < splits; ++rank) coefficients[rank * kMaxFrameHeads + h] *= inverse;
   }
   __syncthreads();
-  const int share = (width + splits - 1) / splits;
   const int first_column = split * share, end_column = min(width, first_column + share);
   const float* remote[kMaxFrameSplits];
 #pragma unroll
@@ -67,6 +83,32 @@ __device__ void write_frame_attention(const float* output, int64_t output_pitch,
   }
   // Every thread on (head, column) pairs, all ranks' values of a pair in flight together.
   const int columns = max(0, end_column - first_column);
+  if (packed) {
+    const int packs = columns / kPack;
+    for (int i = thread; i < cta_heads * packs; i += kThreads) {
+      const int h = i / packs, column = first_column + i % packs * kPack;
+      const int64_t at = h * output_pitch + column;
+      float4 parts[kMaxFrameSplits];
+#pragma unroll
+      for (int rank = 0; rank < kMaxFrameSplits; ++rank) {
+        parts[rank] = rank < splits ? *reinterpret_cast<const float4*>(remote[rank] + at)
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+      float values[kPack] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int rank = 0; rank < kMaxFrameSplits; ++rank) {
+        if (rank >= splits) continue;
+        const float weight = coefficients[rank * kMaxFrameHeads + h];
+        values[0] += weight * parts[rank].x;
+        values[1] += weight * parts[rank].y;
+        values[2] += weight * parts[rank].z;
+        values[3] += weight * parts[rank].w;
+      }
+      store_pack(values, target + h * width + column);
+    }
+    cluster.sync();  // the other CTAs' shared memory must outlive these reads
+    return;
+  }
   for (int i = thread; i < cta_heads * columns; i += kThreads) {
     const int h = i / columns, column = first_column + i % columns;
     const int64_t at = h * output_pitch + column;
