@@ -175,7 +175,8 @@ if has experiments; then
   # query-launch gives the cross-attention's query a launch of its own at every batch (the default
   # computes it inside the attention only with native K/V: HARK_EXP_CROSS_KV=native);
   # int8-registers and int8-staged put every batch's INT8 cross-attention on one form (the default
-  # stages from 8 sequences of large-v3).
+  # stages from 8 sequences of large-v3); int8-frames attends over INT8 frames instead of the
+  # storage HARK_EXP_CROSS_KV names (a variant's settings come after it and win).
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
@@ -190,6 +191,7 @@ if has experiments; then
     "query-launch|f16|HARK_CUDA_FUSED_QUERY=0"
     "int8-registers|f16|HARK_CUDA_INT8_STAGED=0"
     "int8-staged|f16|HARK_CUDA_INT8_STAGED=1"
+    "int8-frames|f16|HARK_CUDA_CROSS_KV=int8-frames"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
@@ -203,7 +205,7 @@ if has experiments; then
         label=$name
         [ "$binary" != "$build/hark" ] && label="$name@baseline"
         log="$out/experiment-$label-$round.log"
-        env $settings HARK_CUDA_CROSS_KV="${HARK_EXP_CROSS_KV:-int8}" timeout 300 "$binary" \
+        env HARK_CUDA_CROSS_KV="${HARK_EXP_CROSS_KV:-int8}" $settings timeout 300 "$binary" \
           bench --device cuda --model "${HARK_EXP_MODEL:-large-v3}" --type "$type" \
           --batches "${HARK_EXP_BATCHES:-1,4,8,16,32}" --tokens 60 --windows 1 > "$log" 2>&1
         echo "-- $label, round $round (exit $?): $type $settings" >> "$summary"
