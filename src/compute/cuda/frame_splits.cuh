@@ -20,7 +20,7 @@ constexpr int kMaxFrameSplits = 8;  // the portable cluster size
 // (unnormalised), final_max and final_sum [heads] of every CTA of the cluster (gridDim.x of them,
 // this one blockIdx.x); coefficients is [kMaxFrameSplits][kMaxFrameHeads] F32 of scratch. Every
 // thread of the CTA calls it once those arrays are written and visible to the CTA.
-template <class T, int kThreads, int kPack = 4>
+template <class T, int kThreads>
 __device__ void write_frame_attention(const float* output, int64_t output_pitch,
                                       const float* final_max, const float* final_sum,
                                       float* coefficients, int cta_heads, int width, T* target) {
@@ -28,6 +28,7 @@ __device__ void write_frame_attention(const float* output, int64_t output_pitch,
   const int share = (width + splits - 1) / splits;
   // Four columns a thread at a time where every row allows it (every Whisper width does):
   // 16-byte loads of the F32 outputs and one store, a quarter of the instructions.
+  constexpr int kPack = 4;  // a float4
   const bool packed = share % kPack == 0 && width % kPack == 0 && output_pitch % kPack == 0 &&
                       reinterpret_cast<uintptr_t>(target) % (kPack * sizeof(T)) == 0;
   if (splits == 1) {
