@@ -85,11 +85,6 @@ __device__ __forceinline__ void split_units(int units, int& high, int& low) {
   low = units - high * 128;
 }
 
-// The low bytes of four ints in one word, b0 lowest.
-__device__ __forceinline__ uint32_t pack_bytes(int b0, int b1, int b2, int b3) {
-  return __byte_perm(__byte_perm(b0, b1, 0x0040), __byte_perm(b2, b3, 0x0040), 0x5410);
-}
-
 // Four words as a 4 · 4 matrix of bytes [word][byte], transposed: out[j] holds byte j of in[0],
 // in[1], in[2], in[3], lowest first.
 __device__ __forceinline__ void transpose_bytes(const uint32_t (&in)[4], uint32_t (&out)[4]) {
@@ -130,8 +125,8 @@ __device__ __forceinline__ float split_values(const float (&x)[kCount],
       const int units = min(kUnits, max(-kUnits, round_to_int(x[4 * j + i] * inverse)));
       split_units(units, highs[i], lows[i]);
     }
-    high[j] = pack_bytes(highs[0], highs[1], highs[2], highs[3]);
-    low[j] = pack_bytes(lows[0], lows[1], lows[2], lows[3]);
+    high[j] = int8_word(highs[0], highs[1], highs[2], highs[3]);
+    low[j] = int8_word(lows[0], lows[1], lows[2], lows[3]);
   }
   return largest * (1.0f / kUnits);
 }

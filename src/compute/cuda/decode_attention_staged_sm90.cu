@@ -254,17 +254,12 @@ void decode_attention_int8_staged(Element e, const void* q, int64_t q_stride, co
                         kv.strides.scale_group_stride,
                         queries_per_sequence};
   const dim3 grid(splits, heads, batch);
-  const auto launch = [&](auto zero) {
+  with_16_bit_type(e, [&](auto zero) {
     using T = decltype(zero);
     launch_kernel(staged_int8_kernel<T>, grid, dim3(kThreads), sizeof(Ring), splits,
                   /*early_start=*/true, stream, "staged decode attention", static_cast<const T*>(q),
                   q_stride, staged, lengths, static_cast<T*>(out), out_stride, scale);
-  };
-  if (e == Element::f16) {
-    launch(__half{});
-  } else {
-    launch(__nv_bfloat16{});
-  }
+  });
 }
 
 }  // namespace hark::compute::cuda
