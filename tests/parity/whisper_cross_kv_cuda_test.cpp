@@ -18,6 +18,7 @@
 #include "compute/cuda/frame_attention_sm90.h"
 #include "format/gguf.h"
 #include "models/whisper/convert.h"
+#include "models/whisper/cuda/forward.h"
 #include "models/whisper/logit_rules.h"
 #include "models/whisper/model.h"
 #include "models/whisper/search.h"
@@ -161,6 +162,56 @@ TEST(WhisperCudaInt8Frames, StaysNearNative) {
        {StorageCase{"frames", DType::F16, 1e-2}, StorageCase{"int8-frames", DType::F16, 3e-2}}) {
     SCOPED_TRACE(c.storage);
     compare_with_native(model.checkpoint.path(), model.prompt, c);
+  }
+}
+
+// HARK_CUDA_CROSS_KV=int8-auto picks the storage by the batch: a batch of fewer than
+// kInt8FramesMinWindows windows decodes exactly as with int8, one of that many exactly as with
+// int8-frames (the same kernels on the same inputs: the same tokens and log-probabilities).
+TEST(WhisperCudaInt8Auto, TakesInt8FramesFromItsBatchSize) {
+  if (!compute::cuda::available() ||
+      !compute::cuda::frame_attention_int8_runs(compute::cuda::Element::f16, 4, 256)) {
+    GTEST_SKIP() << "no H100/H200: " << compute::cuda::describe();
+  }
+  const WideTinyWhisper model;
+  testing::TempDir temp;
+  const std::string path = (temp / "model.gguf").string();
+  convert_checkpoint(model.checkpoint.path().string(), path, DType::F16);
+  const auto automatic = load_with(path, "int8-auto");
+  const auto int8 = load_with(path, "int8");
+  const auto int8_frames = load_with(path, "int8-frames");
+  const Config& config = automatic->config();
+  const Vocabulary& vocabulary = automatic->vocabulary();
+  const LogitRules rules(vocabulary, config.vocab_size, /*timestamps=*/false);
+  const std::vector<float> three = testing::three_windows(config.n_mels);
+  const size_t window_values = three.size() / 3;
+  for (const int count : {3, cuda::kInt8FramesMinWindows}) {
+    SCOPED_TRACE(count);
+    // The three recordings' windows over and over.
+    std::vector<float> mel;
+    for (int i = 0; i < count; ++i) {
+      mel.insert(mel.end(), three.begin() + static_cast<int64_t>(i % 3 * window_values),
+                 three.begin() + static_cast<int64_t>((i % 3 + 1) * window_values));
+    }
+    const std::vector<Prompt> prompts(
+        count, make_prompt(vocabulary, config.max_target_positions, {}, vocabulary.first_language,
+                           vocabulary.transcribe, /*timestamps=*/false));
+    const auto decode = [&](const Model& m) {
+      return decode_windows_greedy(m, m.encode_batch(mel, count), prompts, rules, 12);
+    };
+    const bool frames = count >= cuda::kInt8FramesMinWindows;
+    const auto got = decode(*automatic);
+    const auto want = decode(frames ? *int8_frames : *int8);
+    const auto other = decode(frames ? *int8 : *int8_frames);
+    ASSERT_EQ(got.size(), want.size());
+    bool storages_differ = false;
+    for (int i = 0; i < count; ++i) {
+      EXPECT_EQ(got[i].tokens, want[i].tokens) << "window " << i;
+      EXPECT_EQ(got[i].sum_logprob, want[i].sum_logprob) << "window " << i;
+      storages_differ |= other[i].sum_logprob != want[i].sum_logprob;
+    }
+    // So the equalities above tell the two storages apart.
+    EXPECT_TRUE(storages_differ);
   }
 }
 

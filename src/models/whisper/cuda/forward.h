@@ -59,10 +59,30 @@ inline bool over_frames(CrossKvStorage storage) {
   return storage == CrossKvStorage::frames || storage == CrossKvStorage::int8_frames;
 }
 
-// The storage a model uses: native, unless the environment's HARK_CUDA_CROSS_KV (native, int8,
-// frames or int8-frames; read at each call, and a model calls this once, when it loads) asks for
-// another.
-CrossKvStorage cross_kv_storage(const Config& config, const Weights& w);
+// The storage of a model's encoded batches: `storage`, or from `larger_from` windows on (0:
+// never) `larger`.
+struct CrossKvPolicy {
+  CrossKvStorage storage = CrossKvStorage::native;
+  CrossKvStorage larger = CrossKvStorage::native;
+  int larger_from = 0;
+
+  CrossKvStorage for_batch(int windows) const {
+    return larger_from > 0 && windows >= larger_from ? larger : storage;
+  }
+};
+
+// Windows from which int8-auto (below) keeps a batch as INT8 frames. On an H100, large-v3's steps
+// over INT8 K/V and over INT8 frames, ms: 3.15 / 4.17 at 24 sequences, 3.49 / 4.62 at 32, 4.54 /
+// 4.97 at 48, 5.32 / 4.88 at 64 (bench/RESULTS.md, thirty-seventh session); the frames' encoder
+// is also 0.6-0.7 ms a window faster (no K/V product), and their batch takes half the memory.
+constexpr int kInt8FramesMinWindows = 64;
+
+// The policy a model uses: native for every batch, unless the environment's HARK_CUDA_CROSS_KV
+// (read at each call, and a model calls this once, when it loads) asks for native, int8, frames
+// or int8-frames for every batch, or int8-auto: INT8 K/V for batches of fewer than
+// kInt8FramesMinWindows windows and INT8 frames from there, where they run (otherwise INT8 K/V
+// for every batch).
+CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w);
 
 // What the decoder reads of a batch of encoded windows: frames [count, frames, d] after the
 // final norm (with int8_frames, also quantised: frame_codes, frame_scales, channel_scales as

@@ -23,16 +23,23 @@ void* offset(void* base, int64_t elements, gpu::Element e) {
 }
 
 // The cross-attention K/V storage that the environment's HARK_CUDA_CROSS_KV asks for, if any
-// (read at each model load, so that a test can compare the two forms in one process).
-std::optional<CrossKvStorage> requested_cross_kv_storage() {
+// (read at each model load, so that a test can compare the forms in one process); int8-auto asks
+// for int8 and sets *automatic.
+std::optional<CrossKvStorage> requested_cross_kv_storage(bool* automatic) {
+  *automatic = false;
   const char* text = std::getenv("HARK_CUDA_CROSS_KV");
   if (text == nullptr || *text == '\0') return std::nullopt;
   const std::string_view name(text);
   if (name == "int8") return CrossKvStorage::int8;
+  if (name == "int8-auto") {
+    *automatic = true;
+    return CrossKvStorage::int8;
+  }
   if (name == "native") return CrossKvStorage::native;
   if (name == "frames") return CrossKvStorage::frames;
   if (name == "int8-frames") return CrossKvStorage::int8_frames;
-  fail("HARK_CUDA_CROSS_KV is '", text, "': expected frames, int8-frames, native or int8");
+  fail("HARK_CUDA_CROSS_KV is '", text,
+       "': expected frames, int8-frames, native, int8 or int8-auto");
 }
 
 // Windows up to which encode() replays its layers as a graph: the batches whose scratch stays
@@ -87,25 +94,35 @@ bool frames_run(const Config& config, const Weights& w) {
          gpu::frame_attention_runs(w.element, config.decoder_heads, config.d_model);
 }
 
+bool int8_frames_run(const Config& config, const Weights& w) {
+  return frames_run(config, w) &&
+         gpu::frame_attention_int8_runs(w.element, config.decoder_heads, config.d_model);
+}
+
 }  // namespace
 
-CrossKvStorage cross_kv_storage(const Config& config, const Weights& w) {
-  const std::optional<CrossKvStorage> requested = requested_cross_kv_storage();
+CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w) {
+  bool automatic = false;
+  const std::optional<CrossKvStorage> requested = requested_cross_kv_storage(&automatic);
+  CrossKvPolicy policy;
+  policy.storage = requested.value_or(CrossKvStorage::native);
+  if (automatic && int8_frames_run(config, w)) {
+    policy.larger = CrossKvStorage::int8_frames;
+    policy.larger_from = kInt8FramesMinWindows;
+  }
   if (requested == CrossKvStorage::frames && !frames_run(config, w)) {
     fail(
         "HARK_CUDA_CROSS_KV=frames: this model cannot attend over its frames (it needs 16-bit "
         "weights that are not Q8_0, at most 24 heads of a multiple of 16 values up to 128, and a "
         "width that is a multiple of 16 up to 1280)");
   }
-  if (requested == CrossKvStorage::int8_frames &&
-      !(frames_run(config, w) &&
-        gpu::frame_attention_int8_runs(w.element, config.decoder_heads, config.d_model))) {
+  if (requested == CrossKvStorage::int8_frames && !int8_frames_run(config, w)) {
     fail(
         "HARK_CUDA_CROSS_KV=int8-frames: this model or GPU cannot attend over INT8 frames (it "
         "needs an H100/H200, F16 weights, at most 24 heads and a width that is a multiple of 128 "
         "up to 1280)");
   }
-  return requested.value_or(CrossKvStorage::native);
+  return policy;
 }
 
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const EncoderInput& input,

@@ -135,7 +135,7 @@ class CudaWhisper final : public Model {
                                                    ? host.decoder.embed_tokens.type
                                                    : host.decoder.layers[0].ffn.fc1.weight.type));
     pass_ = std::make_unique<gpu::Pass>(weights_.element, stream_.get());
-    cross_kv_storage_ = cuda::cross_kv_storage(config_, weights_);
+    cross_kv_policy_ = cuda::cross_kv_policy(config_, weights_);
     upload_rules();
   }
 
@@ -251,7 +251,7 @@ class CudaWhisper final : public Model {
   Config config_;
   Vocabulary vocabulary_;
   cuda::Weights weights_;
-  cuda::CrossKvStorage cross_kv_storage_ = cuda::CrossKvStorage::native;
+  cuda::CrossKvPolicy cross_kv_policy_;
   gpu::Buffer suppress_, begin_suppress_;
   gpu::GreedyRules rules_;
   // The encoder and the batched search run on the model's stream, one call at a time.
@@ -270,8 +270,8 @@ class CudaWhisper final : public Model {
     {
       // A small batch's scratch stays for the next call; a large one's is freed (forward.h).
       std::lock_guard lock(mutex_);
-      cuda::encode(*pass_, config_, weights_, input, count, cross_kv_storage_, scratch_,
-                   batch->buffers);
+      cuda::encode(*pass_, config_, weights_, input, count, cross_kv_policy_.for_batch(count),
+                   scratch_, batch->buffers);
       stream_.synchronize();
       if (!scratch_.kept) {
         for (gpu::Buffer* buffer : scratch_.buffers()) *buffer = {};
