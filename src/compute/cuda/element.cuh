@@ -63,15 +63,20 @@ void with_type(Element e, F&& f) {
   fail("CUDA kernels: unknown element type ", static_cast<int>(e));
 }
 
-// The same for kernels of 16-bit types only (their callers have refused F32 before).
+// The same for kernels of 16-bit types only: F32 fails, `what` (the kernel) naming it.
 template <class F>
-void with_16_bit_type(Element e, F&& f) {
-  if (e == Element::f32) fail("CUDA kernels: a 16-bit kernel called for F32");
+void with_16_bit_type(Element e, const char* what, F&& f) {
+  if (e == Element::f32) fail(what, ": F16 or BF16 elements only");
   if (e == Element::bf16) {
     f(__nv_bfloat16{});
   } else {
     f(__half{});
   }
+}
+// For kernels whose callers have refused F32 before.
+template <class F>
+void with_16_bit_type(Element e, F&& f) {
+  with_16_bit_type(e, "a 16-bit CUDA kernel", std::forward<F>(f));
 }
 
 // ReLU that keeps NaN (as the CPU ops do) instead of turning it into 0.

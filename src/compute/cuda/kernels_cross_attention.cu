@@ -548,13 +548,6 @@ __global__ void __launch_bounds__(kCodeWarps * 32)
   }
 }
 
-template <class F>
-void with_half_type(Element e, const char* what, F&& f) {
-  if (e == Element::f16) return f(__half{});
-  if (e == Element::bf16) return f(__nv_bfloat16{});
-  fail(what, ": F16 or BF16 elements only");
-}
-
 }  // namespace
 
 bool frame_attention_runs(Element e, int heads, int64_t width) {
@@ -577,7 +570,7 @@ void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int 
   if (ceil_div(rows, kAbsorbRows) > 65535) fail("absorb_query: ", rows, " rows");
   const dim3 grid(static_cast<unsigned>(ceil_div(width, kAbsorbColumns)), heads,
                   static_cast<unsigned>(ceil_div(rows, kAbsorbRows)));
-  with_half_type(e, "absorb_query", [&](auto zero) {
+  with_16_bit_type(e, "absorb_query", [&](auto zero) {
     using T = decltype(zero);
     absorb_query_kernel<T><<<grid, kAbsorbWarps * 32, 0, stream>>>(
         static_cast<const T*>(q), q_stride, static_cast<const T*>(w_k), w_row_stride,
@@ -613,7 +606,7 @@ void frame_attention(Element e, const void* queries, int64_t rows, int heads, in
   }
   const int group_heads = groups == 1 ? heads : 8;
 
-  with_half_type(e, "frame_attention", [&](auto zero) {
+  with_16_bit_type(e, "frame_attention", [&](auto zero) {
     using T = decltype(zero);
     const FrameLayout layout = FrameLayout::of<T>(width);
     static const bool configured =
@@ -640,7 +633,7 @@ void absorb_values(Element e, const void* o, int64_t rows, int heads, int head_d
   }
   const dim3 grid(static_cast<unsigned>(ceil_div(head_dim, kValueOutputs)), heads,
                   static_cast<unsigned>(ceil_div(rows, kValueRows)));
-  with_half_type(e, "absorb_values", [&](auto zero) {
+  with_16_bit_type(e, "absorb_values", [&](auto zero) {
     using T = decltype(zero);
     absorb_values_kernel<T><<<grid, kValueWarps * 32, 0, stream>>>(
         static_cast<const T*>(o), static_cast<const T*>(w_v), w_row_stride,
@@ -658,7 +651,7 @@ void quantize_frames(Element e, const void* frames, int windows, int frame_count
     fail("quantize_frames: rows must be a multiple of 8 values wide and aligned");
   }
   if (windows > 65535) fail("quantize_frames: ", windows, " windows (at most 65535 a launch)");
-  with_half_type(e, "quantize_frames", [&](auto zero) {
+  with_16_bit_type(e, "quantize_frames", [&](auto zero) {
     using T = decltype(zero);
     const T* x = static_cast<const T*>(frames);
     frame_channel_scales_kernel<T>
