@@ -177,7 +177,7 @@ if has experiments; then
   # int8-registers and int8-staged put every batch's INT8 cross-attention on one form (the default
   # stages from 8 sequences of large-v3); int8-frames attends over INT8 frames instead of the
   # storage HARK_EXP_CROSS_KV names (a variant's settings come after it and win); int8-auto takes
-  # INT8 frames from 64 windows and INT8 K/V below.
+  # INT8 frames from 60 windows and INT8 K/V below.
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
