@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <optional>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -20,26 +19,6 @@ const void* offset(const void* base, int64_t elements, gpu::Element e) {
 }
 void* offset(void* base, int64_t elements, gpu::Element e) {
   return static_cast<uint8_t*>(base) + elements * static_cast<int64_t>(gpu::element_size(e));
-}
-
-// The cross-attention K/V storage that the environment's HARK_CUDA_CROSS_KV asks for, if any
-// (read at each model load, so that a test can compare the forms in one process); int8-auto asks
-// for int8 and sets *automatic.
-std::optional<CrossKvStorage> requested_cross_kv_storage(bool* automatic) {
-  *automatic = false;
-  const char* text = std::getenv("HARK_CUDA_CROSS_KV");
-  if (text == nullptr || *text == '\0') return std::nullopt;
-  const std::string_view name(text);
-  if (name == "int8") return CrossKvStorage::int8;
-  if (name == "int8-auto") {
-    *automatic = true;
-    return CrossKvStorage::int8;
-  }
-  if (name == "native") return CrossKvStorage::native;
-  if (name == "frames") return CrossKvStorage::frames;
-  if (name == "int8-frames") return CrossKvStorage::int8_frames;
-  fail("HARK_CUDA_CROSS_KV is '", text,
-       "': expected frames, int8-frames, native, int8 or int8-auto");
 }
 
 // Windows up to which encode() replays its layers as a graph: the batches whose scratch stays
@@ -101,28 +80,40 @@ bool int8_frames_run(const Config& config, const Weights& w) {
 
 }  // namespace
 
+// HARK_CUDA_CROSS_KV is read at each model load, so that a test can compare the storages in one
+// process.
 CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w) {
-  bool automatic = false;
-  const std::optional<CrossKvStorage> requested = requested_cross_kv_storage(&automatic);
+  const char* text = std::getenv("HARK_CUDA_CROSS_KV");
+  const std::string_view name = text != nullptr ? text : "";
   CrossKvPolicy policy;
-  policy.storage = requested.value_or(CrossKvStorage::native);
-  if (automatic && int8_frames_run(config, w)) {
-    policy.larger = CrossKvStorage::int8_frames;
-    policy.larger_from = kInt8FramesMinWindows;
+  if (name.empty() || name == "native") return policy;
+  if (name == "int8" || name == "int8-auto") {
+    policy.storage = CrossKvStorage::int8;
+    if (name == "int8-auto" && int8_frames_run(config, w)) {
+      policy.larger = CrossKvStorage::int8_frames;
+      policy.larger_from = kInt8FramesMinWindows;
+    }
+    return policy;
   }
-  if (requested == CrossKvStorage::frames && !frames_run(config, w)) {
-    fail(
-        "HARK_CUDA_CROSS_KV=frames: this model cannot attend over its frames (it needs 16-bit "
-        "weights that are not Q8_0, at most 24 heads of a multiple of 16 values up to 128, and a "
-        "width that is a multiple of 16 up to 1280)");
+  // The frames' storages, where this model (and GPU) can attend over them.
+  const auto over_frames_if = [&](bool runs, CrossKvStorage storage, const char* needs) {
+    if (!runs) fail("HARK_CUDA_CROSS_KV=", name, ": this model or GPU cannot run it (", needs, ")");
+    policy.storage = storage;
+    return policy;
+  };
+  if (name == "frames") {
+    return over_frames_if(frames_run(config, w), CrossKvStorage::frames,
+                          "it needs 16-bit weights that are not Q8_0, at most 24 heads of a "
+                          "multiple of 16 values up to 128, and a width that is a multiple of 16 "
+                          "up to 1280");
   }
-  if (requested == CrossKvStorage::int8_frames && !int8_frames_run(config, w)) {
-    fail(
-        "HARK_CUDA_CROSS_KV=int8-frames: this model or GPU cannot attend over INT8 frames (it "
-        "needs an H100/H200, F16 weights, at most 24 heads and a width that is a multiple of 128 "
-        "up to 1280)");
+  if (name == "int8-frames") {
+    return over_frames_if(int8_frames_run(config, w), CrossKvStorage::int8_frames,
+                          "it needs an H100/H200, F16 weights, at most 24 heads and a width that "
+                          "is a multiple of 128 up to 1280");
   }
-  return policy;
+  fail("HARK_CUDA_CROSS_KV is '", name,
+       "': expected frames, int8-frames, native, int8 or int8-auto");
 }
 
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const EncoderInput& input,
