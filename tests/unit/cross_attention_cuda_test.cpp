@@ -193,6 +193,73 @@ void check_shape(Element e, const Shape& s, Options options = {}) {
   EXPECT_LE(total_error, options.outliers ? 5e-2 : 3e-2) << what;
 }
 
+// absorb_query and absorb_values alone, against their sums in double: the largest error relative
+// to the largest output (each output is one F32 sum rounded once to the element type).
+void check_absorbs(Element e, int rows, int heads, int head_dim) {
+  const int64_t width = int64_t{heads} * head_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  DeviceArray q = random_array(e, rows * width, 11, 1.0f);
+  DeviceArray w = random_array(e, width * width, 12, 1.0f / std::sqrt(static_cast<float>(width)));
+  DeviceArray o = random_array(e, rows * heads * width, 13, 1.0f);
+  DeviceArray bias = random_array(e, width, 14, 0.5f);
+  Buffer absorbed(element_size(e) * rows * heads * width), context(element_size(e) * rows * width);
+  absorb_query(e, q.buffer.data(), width, rows, heads, head_dim, w.buffer.data(), width, width,
+               scale, absorbed.data(), nullptr);
+  absorb_values(e, o.buffer.data(), rows, heads, head_dim, w.buffer.data(), width,
+                bias.buffer.data(), width, context.data(), width, nullptr);
+  check(cudaDeviceSynchronize(), "absorb test");
+  const auto relative_error = [](const std::vector<float>& got, const std::vector<double>& want) {
+    double largest = 0, worst = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      largest = std::max(largest, std::abs(want[i]));
+      worst = std::max(worst, std::abs(got[i] - want[i]));
+    }
+    return worst / largest;
+  };
+  std::vector<double> want_absorbed(static_cast<size_t>(rows * heads * width));
+  std::vector<double> want_context(static_cast<size_t>(rows * width));
+  for (int r = 0; r < rows; ++r) {
+    for (int h = 0; h < heads; ++h) {
+      for (int64_t c = 0; c < width; ++c) {
+        double sum = 0;
+        for (int j = 0; j < head_dim; ++j) {
+          const int64_t k = int64_t{h} * head_dim + j;
+          sum += double{q.values[r * width + k]} * w.values[k * width + c];
+        }
+        want_absorbed[(int64_t{r} * heads + h) * width + c] = scale * sum;
+      }
+      for (int j = 0; j < head_dim; ++j) {
+        const int64_t output = int64_t{h} * head_dim + j;
+        double sum = bias.values[output];
+        for (int64_t c = 0; c < width; ++c) {
+          sum +=
+              double{w.values[output * width + c]} * o.values[(int64_t{r} * heads + h) * width + c];
+        }
+        want_context[r * width + output] = sum;
+      }
+    }
+  }
+  const double bound = e == Element::f16 ? 2e-3 : 1e-2;
+  const std::string what = std::string(element_name(e)) + " rows " + std::to_string(rows) +
+                           " heads " + std::to_string(heads) + " of " + std::to_string(head_dim);
+  EXPECT_LE(relative_error(read_back(e, absorbed, want_absorbed.size()), want_absorbed), bound)
+      << "absorb_query, " << what;
+  EXPECT_LE(relative_error(read_back(e, context, want_context.size()), want_context), bound)
+      << "absorb_values, " << what;
+}
+
+TEST(CrossAttentionCuda, AbsorbsAgainstDouble) {
+  if (!available()) GTEST_SKIP() << "no GPU: " << describe();
+  // large-v3's batch of 120: two CTAs of 64 query rows (the second part empty), four of 32 rows
+  // of the values, each over four slices of the width.
+  check_absorbs(Element::f16, 120, 20, 64);
+  check_absorbs(Element::bf16, 7, 20, 64);
+  // Width 80: a last column tile of 16 for the query, five slices of 16 for the values.
+  check_absorbs(Element::f16, 5, 5, 16);
+  // Heads of 128: 16 warps a CTA of the values.
+  check_absorbs(Element::f16, 70, 2, 128);
+}
+
 TEST(CrossAttentionCuda, LargeV3ShapeOneWindowEveryRow) {
   if (!available()) GTEST_SKIP() << "no GPU: " << describe();
   // large-v3: 20 heads of 64 over 1500 frames; 16 rows (a batch of 16 sequences, one window).

@@ -47,55 +47,64 @@ namespace {
 
 // ---- absorb_query: q̃[r, h, :] = scale · Σ_j q[r, h·head_dim + j] · W_k[h·head_dim + j, :] -----
 //
-// On the tensor cores, a CTA per (64 columns, head, 64 rows): the head's rows of W_k for those
-// columns [head_dim][64] staged in shared memory (ldmatrix reads them transposed, as the B
-// fragments of k = j), the query's A fragments straight from global memory (each read once); a
-// warp per 16 rows, all 64 columns, head_dim / 16 k-steps.
+// On the tensor cores, a CTA per (64 columns, head, 64 rows), its operands read into shared
+// memory in one round of asynchronous copies: the head's rows of W_k for those columns
+// [head_dim][64] (ldmatrix reads them transposed, as the B fragments of k = j) and the query's
+// [64 rows][head_dim] (the A fragments). A warp per 16 rows, all 64 columns, head_dim / 16
+// k-steps. The results go back through shared memory, so that each row's 64 columns leave in
+// 16-byte stores. (The form before read the query's fragments straight from global memory, a
+// round trip per k-step, and stored 4-byte pairs: 14-15 µs at large-v3's batch of 120 on an
+// H100, against 9-10 for this one; bench/RESULTS.md, thirty-eighth session.)
 
 constexpr int kAbsorbWarps = 4;
 constexpr int kAbsorbRows = 16 * kAbsorbWarps;
 constexpr int kAbsorbColumns = 64;
-// Rows of the staged weights 144 bytes apart, so that ldmatrix's 8 rows fall in 8 bank groups.
+// Rows of the staged weights and outputs 144 bytes apart, so that ldmatrix's 8 rows fall in 8
+// bank groups; the query's rows 272 bytes apart for the same reason.
 constexpr int kAbsorbPitch = kAbsorbColumns + 8;
 constexpr int kMaxAbsorbHeadDim = 128;
+constexpr int kAbsorbQueryPitch = kMaxAbsorbHeadDim + 8;
 
 template <class T>
 __global__ void __launch_bounds__(kAbsorbWarps * 32)
     absorb_query_kernel(const T* __restrict__ q, int64_t q_stride, const T* __restrict__ w_k,
                         int64_t w_row_stride, int rows, int heads, int head_dim, int64_t width,
                         float scale, T* __restrict__ out) {
+  // The weights' rows, then (once the products are done) the outputs' [64][kAbsorbPitch].
   __shared__ __align__(16) T weights[kMaxAbsorbHeadDim][kAbsorbPitch];
+  __shared__ __align__(16) T queries[kAbsorbRows][kAbsorbQueryPitch];
   allow_dependent_kernels();
   const int head = blockIdx.y;
+  const int first_row = blockIdx.z * kAbsorbRows;
   const int64_t first_column = int64_t{blockIdx.x} * kAbsorbColumns;
   const int columns = static_cast<int>(min(int64_t{kAbsorbColumns}, width - first_column));
   const int thread = threadIdx.x, warp = thread / 32, lane = thread % 32, g = lane / 4,
             c = lane % 4;
+  constexpr int kPieces = kAbsorbColumns / 8;  // 16-byte pieces of a staged row
   const T* const w_head = w_k + int64_t{head} * head_dim * w_row_stride + first_column;
-  for (int i = thread; i < head_dim * (kAbsorbColumns / 8); i += kAbsorbWarps * 32) {
-    const int k = i / (kAbsorbColumns / 8), piece = i % (kAbsorbColumns / 8);
+  for (int i = thread; i < head_dim * kPieces; i += kAbsorbWarps * 32) {
+    const int k = i / kPieces, piece = i % kPieces;
     const bool real = piece * 8 < columns;
     copy_async_16(&weights[k][piece * 8], w_head + k * w_row_stride + (real ? piece * 8 : 0), real);
   }
+  const int query_pieces = head_dim / 8;
+  for (int i = thread; i < kAbsorbRows * query_pieces; i += kAbsorbWarps * 32) {
+    const int r = i / query_pieces, piece = i % query_pieces;
+    const bool real = first_row + r < rows;  // rows past the end are zeros, not stored
+    const int64_t row = real ? first_row + r : 0;
+    copy_async_16(&queries[r][piece * 8], q + row * q_stride + head * head_dim + piece * 8, real);
+  }
   copy_async_commit();
-
-  // Rows past the end read row 0 and are not stored.
-  const int row_low = blockIdx.z * kAbsorbRows + 16 * warp + g, row_high = row_low + 8;
-  const T* const q_low = q + int64_t{row_low < rows ? row_low : 0} * q_stride + head * head_dim;
-  const T* const q_high = q + int64_t{row_high < rows ? row_high : 0} * q_stride + head * head_dim;
-  const auto pair = [](const T* p) { return *reinterpret_cast<const uint32_t*>(p); };
   copy_async_wait<0>();
   __syncthreads();
 
   float acc[kAbsorbColumns / 8][4] = {};
   const int m = lane / 8;
   for (int step = 0; step < head_dim / 16; ++step) {
-    const int k = 16 * step + 2 * c;
-    const uint32_t a[4] = {pair(q_low + k), pair(q_high + k), pair(q_low + k + 8),
-                           pair(q_high + k + 8)};
+    uint32_t a[4];
+    load_matrix_x4(a, &queries[16 * warp + lane % 16][16 * step + (lane / 16) * 8]);
 #pragma unroll
     for (int n = 0; n < kAbsorbColumns / 16; ++n) {
-      if (16 * n >= columns) break;
       uint32_t b[4];
       load_matrix_x4_transposed(
           b, &weights[16 * step + (m & 1) * 8 + lane % 8][16 * n + (m >> 1) * 8]);
@@ -103,18 +112,22 @@ __global__ void __launch_bounds__(kAbsorbWarps * 32)
       mma_16816<T>(acc[2 * n + 1], a, b[2], b[3]);
     }
   }
+  __syncthreads();  // every warp is done with the weights: their space takes the outputs
+  T(*const staged)[kAbsorbPitch] = weights;
 #pragma unroll
   for (int n = 0; n < kAbsorbColumns / 8; ++n) {
-    if (8 * n >= columns) break;
-    const int64_t column = first_column + 8 * n + 2 * c;
-    if (row_low < rows) {
-      *reinterpret_cast<uint32_t*>(out + (int64_t{row_low} * heads + head) * width + column) =
-          pack_pair<T>(scale * acc[n][0], scale * acc[n][1]);
-    }
-    if (row_high < rows) {
-      *reinterpret_cast<uint32_t*>(out + (int64_t{row_high} * heads + head) * width + column) =
-          pack_pair<T>(scale * acc[n][2], scale * acc[n][3]);
-    }
+    const int column = 8 * n + 2 * c, row = 16 * warp + g;
+    *reinterpret_cast<uint32_t*>(&staged[row][column]) =
+        pack_pair<T>(scale * acc[n][0], scale * acc[n][1]);
+    *reinterpret_cast<uint32_t*>(&staged[row + 8][column]) =
+        pack_pair<T>(scale * acc[n][2], scale * acc[n][3]);
+  }
+  __syncthreads();
+  for (int i = thread; i < kAbsorbRows * kPieces; i += kAbsorbWarps * 32) {
+    const int r = i / kPieces, piece = i % kPieces;
+    if (first_row + r >= rows || piece * 8 >= columns) continue;
+    *reinterpret_cast<uint4*>(out + (int64_t{first_row + r} * heads + head) * width + first_column +
+                              piece * 8) = *reinterpret_cast<const uint4*>(&staged[r][piece * 8]);
   }
 }
 
@@ -563,9 +576,9 @@ void absorb_query(Element e, const void* q, int64_t q_stride, int64_t rows, int 
   if (head_dim > kMaxAbsorbHeadDim || head_dim % 16 != 0) {
     fail("absorb_query: head_dim ", head_dim, " (a multiple of 16 up to 128)");
   }
-  if (width % 16 != 0 || w_row_stride % 8 != 0 || q_stride % 2 != 0 || !aligned(w_k, 16) ||
-      !aligned(q, 4) || !aligned(out, 4)) {
-    fail("absorb_query: rows must be aligned and a multiple of 16 values wide");
+  if (width % 16 != 0 || w_row_stride % 8 != 0 || q_stride % 8 != 0 || !aligned(w_k, 16) ||
+      !aligned(q, 16) || !aligned(out, 16)) {
+    fail("absorb_query: rows must be 16-byte aligned and a multiple of 16 values wide");
   }
   if (ceil_div(rows, kAbsorbRows) > 65535) fail("absorb_query: ", rows, " rows");
   const dim3 grid(static_cast<unsigned>(ceil_div(width, kAbsorbColumns)), heads,
