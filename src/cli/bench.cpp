@@ -44,6 +44,7 @@ const Option bench_options[] = {
      "(N = --tokens, seeded), as real windows end at different lengths."},
     {"threads", 't', "N", "CPU threads (default: all cores)."},
     device_option,
+    cross_kv_option,
     {"batches", 0, "LIST",
      "Batch sizes to time, comma-separated. Whisper (GPU): default\n"
      "1,16,64; each encodes that many windows at once and decodes\n"
@@ -65,7 +66,7 @@ const Option bench_options[] = {
      "kernel, and one Hopper kernel with the activation in its epilogue."},
 };
 
-constexpr std::string_view whisper_only_options[] = {"tokens", "windows", "spread"};
+constexpr std::string_view whisper_only_options[] = {"tokens", "windows", "spread", "cross-kv"};
 constexpr std::string_view parakeet_only_options[] = {"seconds", "repeats", "pipeline", "mixed"};
 
 constexpr std::string_view bench_description =
@@ -551,6 +552,7 @@ int bench_whisper(const ParsedArgs& args, const std::string& name, const std::st
   }
   if (args.has("threads")) compute::set_threads(args.int_or("threads", 1, 1, 1024));
   const whisper::Device device = device_from_args(args);
+  const whisper::LoadOptions load_options = whisper_load_options(args);
   const std::vector<int> batches = batch_list(args.value_or("batches", "1,16,64"));
   if (spread && device != whisper::Device::cuda) {
     usage_fail("--spread times the batched decode, which runs on the GPU (--device cuda)");
@@ -562,7 +564,7 @@ int bench_whisper(const ParsedArgs& args, const std::string& name, const std::st
   // The file was just written, so its pages are in memory: the load is the device's start
   // (on the GPU, its context) and the weights' conversion and upload, not a disk read.
   const Clock::time_point load_started = Clock::now();
-  const auto model = whisper::Model::load(gguf::File::open(path), device);
+  const auto model = whisper::Model::load(gguf::File::open(path), device, load_options);
   std::printf("model            %s (%s weights, random) on %s, loaded in %.2f s\n", name.data(),
               std::string(dtype_name(type)).c_str(), device_name(device),
               std::chrono::duration<double>(Clock::now() - load_started).count());

@@ -29,4 +29,26 @@ parakeet::Device parakeet_device(whisper::Device device) {
   return device == whisper::Device::cuda ? parakeet::Device::cuda : parakeet::Device::cpu;
 }
 
+const Option cross_kv_option = {
+    "cross-kv", 0, "STORAGE",
+    "Whisper on the GPU: what the decoder's cross-attention reads\n"
+    "of each window. native: each layer's K/V; int8: those\n"
+    "in INT8 (half the memory); frames: the encoder's output, K/V\n"
+    "folded into the attention; int8-frames: those in INT8 (H100/H200,\n"
+    "F16 weights); int8-auto: int8 below 60 windows a batch, int8-frames\n"
+    "from there (fastest for long audio). INT8 moves logits by up to 3e-2.\n"
+    "Default: HARK_CUDA_CROSS_KV when set, else native."};
+
+whisper::LoadOptions whisper_load_options(const ParsedArgs& args) {
+  whisper::LoadOptions options;
+  if (!args.has("cross-kv")) return options;
+  const std::string name = args.value_or("cross-kv", "");
+  options.cross_kv = whisper::cross_kv_mode_from_name(name);
+  if (!options.cross_kv) {
+    usage_fail("unknown --cross-kv storage '", name,
+               "' (expected native, int8, frames, int8-frames or int8-auto)");
+  }
+  return options;
+}
+
 }  // namespace hark::cli

@@ -69,6 +69,7 @@ const Option run_options[] = {
     {"prompt", 0, "TEXT", "Text that precedes the audio (names, spelling, style)."},
     {"threads", 't', "N", "CPU threads to use (default: all cores)."},
     device_option,
+    cross_kv_option,
     {"batch-size", 0, "N",
      "Whisper: decode N 30-s windows of a file at once, each on its\n"
      "own (no earlier text in the prompt), as faster-whisper's batched\n"
@@ -83,9 +84,9 @@ const Option run_options[] = {
 
 // The options only Whisper models take, and the one only Parakeet models take: given to the
 // other family they are a usage error, not silently ignored.
-constexpr std::string_view whisper_only_options[] = {"language",   "task",        "translate",
-                                                     "beam-size",  "temperature", "no-fallback",
-                                                     "timestamps", "max-tokens",  "prompt"};
+constexpr std::string_view whisper_only_options[] = {
+    "language",    "task",       "translate",  "beam-size", "temperature",
+    "no-fallback", "timestamps", "max-tokens", "prompt",    "cross-kv"};
 constexpr std::string_view parakeet_only_options[] = {"max-piece"};
 
 constexpr std::string_view run_description =
@@ -442,6 +443,7 @@ void reject_options(const ParsedArgs& args, std::span<const std::string_view> na
 }
 
 int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Device device,
+                const whisper::LoadOptions& load_options,
                 const std::shared_ptr<const gguf::File>& model_file, Outputs& outputs) {
   reject_options(args, parakeet_only_options, "is an option of Parakeet models");
   const std::string& model_path = model_file->path();
@@ -453,7 +455,8 @@ int run_whisper(const ParsedArgs& args, whisper::Options options, whisper::Devic
       inputs, audio::kSampleRate, files_share_batches ? group_samples(audio::kSampleRate) : 0,
       [](const std::string& input) { return audio::load(input, audio::kSampleRate); });
   const auto loading = Clock::now();
-  const std::unique_ptr<whisper::Model> model = whisper::Model::load(model_file, device);
+  const std::unique_ptr<whisper::Model> model =
+      whisper::Model::load(model_file, device, load_options);
   log::info("model loaded in ", seconds_since(loading), " s");
   const text::BpeTokenizer tokenizer = text::BpeTokenizer::from_gguf(*model_file);
   if (!options.language.empty()) model->vocabulary().language_token(options.language);
@@ -624,6 +627,7 @@ int run(const ParsedArgs& args) {
   // Every option's value is checked before the model is read: a usage error costs no load.
   const whisper::Options whisper_options = decoding_options(args);
   const whisper::Device device = device_from_args(args);
+  const whisper::LoadOptions whisper_load = whisper_load_options(args);
   const ParakeetSettings parakeet = parakeet_settings(args, device);
   const output::Format format = output_format(args);
   if (args.has("threads")) compute::set_threads(args.int_or("threads", 0, 1, 4096));
@@ -632,7 +636,7 @@ int run(const ParsedArgs& args) {
   const auto model_file = open_model_file(model_path);
   const std::string architecture = model_file->get_string_or("general.architecture", "");
   if (architecture == "parakeet") return run_parakeet(args, parakeet, model_file, outputs);
-  return run_whisper(args, whisper_options, device, model_file, outputs);
+  return run_whisper(args, whisper_options, device, whisper_load, model_file, outputs);
 }
 
 }  // namespace

@@ -108,6 +108,8 @@ TEST(Cli, UsageErrorsExitWithTwo) {
   expect_one_error_line(hark({"run", "m.gguf", "--no-fallback=yes", "a.wav"}), 2, "takes no value");
   expect_one_error_line(hark({"run", "m.gguf", "a.wav", "--device", "tpu"}), 2, "'tpu'");
   expect_one_error_line(hark({"run", "m.gguf", "a.wav", "--batch-size", "0"}), 2, "--batch-size");
+  expect_one_error_line(hark({"run", "m.gguf", "a.wav", "--cross-kv", "int4"}), 2, "'int4'");
+  expect_one_error_line(hark({"bench", "--cross-kv", "int4"}), 2, "'int4'");
   expect_one_error_line(hark({"bench", "--batches", "1,x"}), 2, "--batches");
   expect_one_error_line(hark({"convert"}), 2, "missing HF_DIR");
   expect_one_error_line(hark({"convert", "dir"}), 2, "-o FILE");
@@ -183,6 +185,16 @@ TEST_F(CliWithModel, BatchedModeOnTheCpuGivesTheSequentialTranscriptOfOneWindow)
       hark(run_args({path("tone.wav"), "-o", "json", "--device", "cpu", "--batch-size", "8"}));
   ASSERT_EQ(batched.exit_code, 0) << describe(batched);
   EXPECT_EQ(batched.out, sequential.out);
+}
+
+TEST_F(CliWithModel, CrossKvIsTheGpusOption) {
+  // native is what the CPU runs anyway; another storage is an error there.
+  const ProcessResult native =
+      hark(run_args({path("short.wav"), "--device", "cpu", "--cross-kv", "native"}));
+  EXPECT_EQ(native.exit_code, 0) << describe(native);
+  expect_one_error_line(
+      hark(run_args({path("short.wav"), "--device", "cpu", "--cross-kv", "int8-auto"})), 1,
+      "int8-auto is the GPU's");
 }
 
 TEST_F(CliWithModel, CudaWithoutAGpuIsAClearError) {

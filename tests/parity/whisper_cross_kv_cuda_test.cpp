@@ -11,6 +11,8 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,14 +37,17 @@ namespace fs = std::filesystem;
 using hark::testing::relative_error;
 
 struct StorageCase {
-  const char* storage;  // HARK_CUDA_CROSS_KV
+  const char* storage;  // --cross-kv
   DType type;
   double bound;  // on the prompt logits and no_speech_prob
 };
 
+// Loaded with the storage named (as --cross-kv names it), whatever HARK_CUDA_CROSS_KV says.
 std::unique_ptr<Model> load_with(const std::string& path, const char* cross_kv) {
-  const testing::ScopedEnv storage("HARK_CUDA_CROSS_KV", cross_kv);
-  return Model::load(gguf::File::open(path), Device::cuda);
+  const std::optional<CrossKvMode> mode = cross_kv_mode_from_name(cross_kv);
+  if (!mode) throw std::invalid_argument(std::string("no storage ") + cross_kv);
+  const testing::ScopedEnv storage("HARK_CUDA_CROSS_KV", "bogus");  // not read: the option wins
+  return Model::load(gguf::File::open(path), Device::cuda, {*mode});
 }
 
 // The model converted from checkpoint `dir` to c.type, loaded with c.storage and with native
@@ -165,7 +170,7 @@ TEST(WhisperCudaInt8Frames, StaysNearNative) {
   }
 }
 
-// HARK_CUDA_CROSS_KV=int8-auto picks the storage by the batch: a batch of fewer than
+// int8-auto picks the storage by the batch: a batch of fewer than
 // kInt8FramesMinWindows windows decodes exactly as with int8, one of that many exactly as with
 // int8-frames (the same kernels on the same inputs: the same tokens and log-probabilities).
 TEST(WhisperCudaInt8Auto, TakesInt8FramesFromItsBatchSize) {
@@ -177,7 +182,11 @@ TEST(WhisperCudaInt8Auto, TakesInt8FramesFromItsBatchSize) {
   testing::TempDir temp;
   const std::string path = (temp / "model.gguf").string();
   convert_checkpoint(model.checkpoint.path().string(), path, DType::F16);
-  const auto automatic = load_with(path, "int8-auto");
+  // int8-auto from the environment, the others by the option.
+  const auto automatic = [&] {
+    const testing::ScopedEnv storage("HARK_CUDA_CROSS_KV", "int8-auto");
+    return Model::load(gguf::File::open(path), Device::cuda);
+  }();
   const auto int8 = load_with(path, "int8");
   const auto int8_frames = load_with(path, "int8-frames");
   const Config& config = automatic->config();

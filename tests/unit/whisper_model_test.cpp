@@ -346,6 +346,23 @@ TEST(WhisperModel, RejectsBadDecoderInput) {
   expect_error([&] { other->start(window, 1); }, {"not encoded by this model"});
 }
 
+TEST(WhisperModel, CrossKvModesByNameAndOnlyNativeOnTheCpu) {
+  for (const CrossKvMode mode : {CrossKvMode::native, CrossKvMode::int8, CrossKvMode::frames,
+                                 CrossKvMode::int8_frames, CrossKvMode::int8_auto}) {
+    EXPECT_EQ(cross_kv_mode_from_name(cross_kv_mode_name(mode)), mode);
+  }
+  EXPECT_EQ(cross_kv_mode_from_name("int8-auto"), CrossKvMode::int8_auto);
+  EXPECT_EQ(cross_kv_mode_from_name("int8_auto"), std::nullopt);
+  EXPECT_EQ(cross_kv_mode_from_name(""), std::nullopt);
+
+  testing::TempDir temp;
+  const std::string path = (temp / "tiny.gguf").string();
+  write_tiny_model(path, {});
+  EXPECT_NO_THROW(Model::load(gguf::File::open(path), Device::cpu, {CrossKvMode::native}));
+  expect_error([&] { Model::load(gguf::File::open(path), Device::cpu, {CrossKvMode::int8}); },
+               {"int8", "GPU", "CPU"});
+}
+
 TEST(WhisperModel, NamesWhatIsWrongInABadFile) {
   testing::TempDir temp;
   expect_error(

@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "base/error.h"
@@ -134,11 +137,36 @@ class WhisperModel final : public Model {
   Weights weights_;
 };
 
+constexpr std::pair<CrossKvMode, std::string_view> kCrossKvModeNames[] = {
+    {CrossKvMode::native, "native"},       {CrossKvMode::int8, "int8"},
+    {CrossKvMode::frames, "frames"},       {CrossKvMode::int8_frames, "int8-frames"},
+    {CrossKvMode::int8_auto, "int8-auto"},
+};
+
 }  // namespace
 
-std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Device device) {
+std::optional<CrossKvMode> cross_kv_mode_from_name(std::string_view name) {
+  for (const auto& [mode, mode_name] : kCrossKvModeNames) {
+    if (name == mode_name) return mode;
+  }
+  return std::nullopt;
+}
+
+std::string_view cross_kv_mode_name(CrossKvMode mode) {
+  for (const auto& [known, name] : kCrossKvModeNames) {
+    if (known == mode) return name;
+  }
+  return "unknown";
+}
+
+std::unique_ptr<Model> Model::load(std::shared_ptr<const gguf::File> file, Device device,
+                                   const LoadOptions& options) {
   if (file == nullptr) fail("whisper: no model file");
-  if (device == Device::cuda) return load_cuda(std::move(file));
+  if (device == Device::cuda) return load_cuda(std::move(file), options);
+  if (options.cross_kv.has_value() && *options.cross_kv != CrossKvMode::native) {
+    fail("whisper: the cross-attention storage ", cross_kv_mode_name(*options.cross_kv),
+         " is the GPU's; the CPU model keeps native K/V");
+  }
   return std::make_unique<WhisperModel>(std::move(file));
 }
 

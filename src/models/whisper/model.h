@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace hark::gguf {
@@ -110,6 +112,26 @@ class DecoderSession {
 // Where a model runs.
 enum class Device { cpu, cuda };
 
+// What the decoder's cross-attention reads of an encoded window on the GPU
+// (models/whisper/cuda/forward.h, CrossKvStorage, says what each costs and gains): every decoder
+// layer's K and V in the weights' type (native), the same in INT8 (int8), the encoder's frames
+// with the K and V products folded into the attention (frames), those frames in INT8 as well
+// (int8_frames: an H100/H200, F16 weights), or int8_auto: INT8 K/V for a batch of fewer than 60
+// windows, INT8 frames from there (INT8 K/V everywhere INT8 frames do not run). The CPU model
+// keeps native K/V.
+enum class CrossKvMode { native, int8, frames, int8_frames, int8_auto };
+
+// The names of the command line and of HARK_CUDA_CROSS_KV: native, int8, frames, int8-frames,
+// int8-auto; nullopt for any other.
+std::optional<CrossKvMode> cross_kv_mode_from_name(std::string_view name);
+std::string_view cross_kv_mode_name(CrossKvMode mode);
+
+struct LoadOptions {
+  // The GPU's cross-attention storage; unset: the environment's HARK_CUDA_CROSS_KV when set, else
+  // native. Anything but native is an error on the CPU.
+  std::optional<CrossKvMode> cross_kv;
+};
+
 // One window for Model::decode_greedy: its prompt (search.h's make_prompt) and how many tokens
 // may be sampled after it at most.
 struct GreedyJob {
@@ -143,7 +165,7 @@ class Model {
   // With Device::cuda the weights are copied to the GPU (hark::Error when there is none or it
   // lacks memory) and the file may be closed afterwards.
   static std::unique_ptr<Model> load(std::shared_ptr<const gguf::File> file,
-                                     Device device = Device::cpu);
+                                     Device device = Device::cpu, const LoadOptions& options = {});
 
   virtual const Config& config() const = 0;
   virtual const Vocabulary& vocabulary() const = 0;
@@ -187,6 +209,7 @@ class Model {
 
 // The CUDA implementation of load() (models/whisper/cuda/), or a clear error in builds
 // without CUDA.
-std::unique_ptr<Model> load_cuda(std::shared_ptr<const gguf::File> file);
+std::unique_ptr<Model> load_cuda(std::shared_ptr<const gguf::File> file,
+                                 const LoadOptions& options);
 
 }  // namespace hark::whisper

@@ -5,11 +5,13 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "compute/cuda/graph.h"
 #include "compute/cuda/kernels.h"
 #include "models/whisper/cuda/weights.h"
+#include "models/whisper/model.h"
 
 namespace hark::whisper::cuda {
 
@@ -79,12 +81,13 @@ struct CrossKvPolicy {
 // lead by 9 % (1,962-1,970 / 2,150-2,154), and their batch takes about 60 % of the memory.
 constexpr int kInt8FramesMinWindows = 60;
 
-// The policy a model uses: native for every batch, unless the environment's HARK_CUDA_CROSS_KV
-// (read at each call, and a model calls this once, when it loads) asks for native, int8, frames
-// or int8-frames for every batch, or int8-auto: INT8 K/V for batches of fewer than
+// The policy of `requested` (model.h: CrossKvMode) or, unset, of the environment's
+// HARK_CUDA_CROSS_KV (read at each call, and a model calls this once, when it loads), else
+// native: one storage for every batch, or for int8_auto INT8 K/V for batches of fewer than
 // kInt8FramesMinWindows windows and INT8 frames from there, where they run (otherwise INT8 K/V
-// for every batch).
-CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w);
+// for every batch). A storage this model or GPU cannot run is a hark::Error.
+CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w,
+                              std::optional<CrossKvMode> requested);
 
 // What the decoder reads of a batch of encoded windows: frames [count, frames, d] after the
 // final norm (with int8_frames, also quantised: frame_codes, frame_scales, channel_scales as

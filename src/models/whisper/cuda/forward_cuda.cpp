@@ -82,38 +82,46 @@ bool int8_frames_run(const Config& config, const Weights& w) {
 
 // HARK_CUDA_CROSS_KV is read at each model load, so that a test can compare the storages in one
 // process.
-CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w) {
-  const char* text = std::getenv("HARK_CUDA_CROSS_KV");
-  const std::string_view name = text != nullptr ? text : "";
-  CrossKvPolicy policy;
-  if (name.empty() || name == "native") return policy;
-  if (name == "int8" || name == "int8-auto") {
-    policy.storage = CrossKvStorage::int8;
-    if (name == "int8-auto" && int8_frames_run(config, w)) {
-      policy.larger = CrossKvStorage::int8_frames;
-      policy.larger_from = kInt8FramesMinWindows;
+CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w,
+                              std::optional<CrossKvMode> requested) {
+  if (!requested.has_value()) {
+    const char* text = std::getenv("HARK_CUDA_CROSS_KV");
+    if (text == nullptr || *text == '\0') return {};
+    requested = cross_kv_mode_from_name(text);
+    if (!requested.has_value()) {
+      fail("HARK_CUDA_CROSS_KV is '", text,
+           "': expected native, int8, frames, int8-frames or int8-auto");
     }
-    return policy;
+  }
+  CrossKvPolicy policy;
+  switch (*requested) {
+    case CrossKvMode::native:
+      return policy;
+    case CrossKvMode::int8:
+    case CrossKvMode::int8_auto:
+      policy.storage = CrossKvStorage::int8;
+      if (*requested == CrossKvMode::int8_auto && int8_frames_run(config, w)) {
+        policy.larger = CrossKvStorage::int8_frames;
+        policy.larger_from = kInt8FramesMinWindows;
+      }
+      return policy;
+    case CrossKvMode::frames:
+    case CrossKvMode::int8_frames:
+      break;
   }
   // The frames' storages, where this model (and GPU) can attend over them.
-  const auto over_frames_if = [&](bool runs, CrossKvStorage storage, const char* needs) {
-    if (!runs) fail("HARK_CUDA_CROSS_KV=", name, ": this model or GPU cannot run it (", needs, ")");
-    policy.storage = storage;
-    return policy;
-  };
-  if (name == "frames") {
-    return over_frames_if(frames_run(config, w), CrossKvStorage::frames,
-                          "it needs 16-bit weights that are not Q8_0, at most 24 heads of a "
-                          "multiple of 16 values up to 128, and a width that is a multiple of 16 "
-                          "up to 1280");
+  const bool int8 = *requested == CrossKvMode::int8_frames;
+  if (!(int8 ? int8_frames_run(config, w) : frames_run(config, w))) {
+    fail("cross-attention storage ", cross_kv_mode_name(*requested),
+         ": this model or GPU cannot run it (it needs ",
+         int8 ? "an H100/H200, F16 weights, at most 24 heads and a width that is a multiple of "
+                "128 up to 1280"
+              : "16-bit weights that are not Q8_0, at most 24 heads of a multiple of 16 values "
+                "up to 128, and a width that is a multiple of 16 up to 1280",
+         ")");
   }
-  if (name == "int8-frames") {
-    return over_frames_if(int8_frames_run(config, w), CrossKvStorage::int8_frames,
-                          "it needs an H100/H200, F16 weights, at most 24 heads and a width that "
-                          "is a multiple of 128 up to 1280");
-  }
-  fail("HARK_CUDA_CROSS_KV is '", name,
-       "': expected frames, int8-frames, native, int8 or int8-auto");
+  policy.storage = int8 ? CrossKvStorage::int8_frames : CrossKvStorage::frames;
+  return policy;
 }
 
 void encode(gpu::Pass& pass, const Config& config, const Weights& w, const EncoderInput& input,

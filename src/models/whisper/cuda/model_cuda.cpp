@@ -126,7 +126,7 @@ struct StepInputs {
 
 class CudaWhisper final : public Model {
  public:
-  explicit CudaWhisper(std::shared_ptr<const gguf::File> file)
+  CudaWhisper(std::shared_ptr<const gguf::File> file, const LoadOptions& options)
       : config_(config_for_gpu(*file)), vocabulary_(read_vocabulary(*file, config_)) {
     const whisper::Weights host = bind_weights(*file, config_);
     weights_ =
@@ -135,7 +135,7 @@ class CudaWhisper final : public Model {
                                                    ? host.decoder.embed_tokens.type
                                                    : host.decoder.layers[0].ffn.fc1.weight.type));
     pass_ = std::make_unique<gpu::Pass>(weights_.element, stream_.get());
-    cross_kv_policy_ = cuda::cross_kv_policy(config_, weights_);
+    cross_kv_policy_ = cuda::cross_kv_policy(config_, weights_, options.cross_kv);
     upload_rules();
   }
 
@@ -594,8 +594,9 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
 
 }  // namespace
 
-std::unique_ptr<Model> load_cuda(std::shared_ptr<const gguf::File> file) {
-  return std::make_unique<CudaWhisper>(std::move(file));
+std::unique_ptr<Model> load_cuda(std::shared_ptr<const gguf::File> file,
+                                 const LoadOptions& options) {
+  return std::make_unique<CudaWhisper>(std::move(file), options);
 }
 
 }  // namespace hark::whisper
