@@ -45,8 +45,8 @@ whisper::LoadOptions whisper_load_options(const ParsedArgs& args) {
   const std::string name = args.value_or("cross-kv", "");
   options.cross_kv = whisper::cross_kv_mode_from_name(name);
   if (!options.cross_kv) {
-    usage_fail("unknown --cross-kv storage '", name,
-               "' (expected native, int8, frames, int8-frames or int8-auto)");
+    usage_fail("unknown --cross-kv storage '", name, "' (expected ", whisper::cross_kv_mode_names(),
+               ")");
   }
   return options;
 }

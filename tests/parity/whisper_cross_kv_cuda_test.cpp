@@ -170,9 +170,9 @@ TEST(WhisperCudaInt8Frames, StaysNearNative) {
   }
 }
 
-// int8-auto picks the storage by the batch: a batch of fewer than
-// kInt8FramesMinWindows windows decodes exactly as with int8, one of that many exactly as with
-// int8-frames (the same kernels on the same inputs: the same tokens and log-probabilities).
+// int8-auto picks the storage by the batch: a batch of fewer than kInt8FramesMinWindows windows
+// decodes exactly as with int8, one of that many exactly as with int8-frames (the same kernels
+// on the same inputs: the same tokens and log-probabilities).
 TEST(WhisperCudaInt8Auto, TakesInt8FramesFromItsBatchSize) {
   if (!compute::cuda::available() ||
       !compute::cuda::frame_attention_int8_runs(compute::cuda::Element::f16, 4, 256)) {

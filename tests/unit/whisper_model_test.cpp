@@ -354,6 +354,7 @@ TEST(WhisperModel, CrossKvModesByNameAndOnlyNativeOnTheCpu) {
   EXPECT_EQ(cross_kv_mode_from_name("int8-auto"), CrossKvMode::int8_auto);
   EXPECT_EQ(cross_kv_mode_from_name("int8_auto"), std::nullopt);
   EXPECT_EQ(cross_kv_mode_from_name(""), std::nullopt);
+  EXPECT_EQ(cross_kv_mode_names(), "native, int8, frames, int8-frames or int8-auto");
 
   testing::TempDir temp;
   const std::string path = (temp / "tiny.gguf").string();

@@ -4,8 +4,10 @@
 #include "models/whisper/model.h"
 
 #include <algorithm>
+#include <iterator>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -150,6 +152,16 @@ std::optional<CrossKvMode> cross_kv_mode_from_name(std::string_view name) {
     if (name == mode_name) return mode;
   }
   return std::nullopt;
+}
+
+std::string cross_kv_mode_names() {
+  std::string names;
+  const size_t count = std::size(kCrossKvModeNames);
+  for (size_t i = 0; i < count; ++i) {
+    if (i > 0) names += i + 1 == count ? " or " : ", ";
+    names += kCrossKvModeNames[i].second;
+  }
+  return names;
 }
 
 std::string_view cross_kv_mode_name(CrossKvMode mode) {

@@ -125,6 +125,8 @@ enum class CrossKvMode { native, int8, frames, int8_frames, int8_auto };
 // int8-auto; nullopt for any other.
 std::optional<CrossKvMode> cross_kv_mode_from_name(std::string_view name);
 std::string_view cross_kv_mode_name(CrossKvMode mode);
+// "native, int8, frames, int8-frames or int8-auto", for messages.
+std::string cross_kv_mode_names();
 
 struct LoadOptions {
   // The GPU's cross-attention storage; unset: the environment's HARK_CUDA_CROSS_KV when set, else

@@ -89,8 +89,7 @@ CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w,
     if (text == nullptr || *text == '\0') return {};
     requested = cross_kv_mode_from_name(text);
     if (!requested.has_value()) {
-      fail("HARK_CUDA_CROSS_KV is '", text,
-           "': expected native, int8, frames, int8-frames or int8-auto");
+      fail("HARK_CUDA_CROSS_KV is '", text, "': expected ", cross_kv_mode_names());
     }
   }
   CrossKvPolicy policy;
