@@ -8,8 +8,9 @@
 # the Parakeet reference models, packed into OUT_DIR/parakeet-oracle.tar.gz), profile (hark bench
 # with HARK_CUDA_PROFILE: GPU time by stage, Parakeet and large-v3), nsys (Nsight Systems' kernel
 # table for the Parakeet batch, where nsys is installed), ncu (Nsight Compute: every kernel of
-# the runs hark bench brackets, large-v3 batch 1, 16 and 64 (F16; Q8_0 at 1 and 16) and the
-# Parakeet batch, summed by name by bench/ncu_summary.py), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
+# the runs hark bench brackets, large-v3 batch 1, 16, 64 and 120 (F16, the last int8-auto; Q8_0
+# at 1 and 16) and the Parakeet batch, summed by name by bench/ncu_summary.py, and for Whisper
+# the last decode step's alone), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
 # HARK_NCU_RUN; see the stage), experiments (the step's products each way, against the
 # default: large-v3's step at batch 1-32; HARK_EXP_BASELINE adds a second binary), hour (an hour of audio through hark run with random-weight
 # large-v3-turbo and large-v3 checkpoints), short (30-s and 5-min files through hark run in the
@@ -284,6 +285,7 @@ if has ncu; then
   for run in "whisper-b1 --model large-v3 --type f16 --batches 1 --tokens 3 --windows 1" \
              "whisper-b16 --model large-v3 --type f16 --batches 16 --tokens 3 --windows 1" \
              "whisper-b64 --model large-v3 --type f16 --batches 64 --tokens 3 --windows 1" \
+             "whisper-b120 --model large-v3 --type f16 --batches 120 --tokens 3 --windows 1 --cross-kv int8-auto" \
              "whisper-q8-b1 --model large-v3 --type q8_0 --batches 1 --tokens 3 --windows 1" \
              "whisper-q8-b16 --model large-v3 --type q8_0 --batches 16 --tokens 3 --windows 1" \
              "parakeet-b64 --model parakeet-tdt-0.6b-v2 --type bf16 --batches 64 --seconds 20 --pipeline 1"; do
@@ -297,6 +299,9 @@ if has ncu; then
       > "$out/ncu-$name.csv" 2> "$out/ncu-$name.err"
     echo "-- $name (exit $?)" >> "$summary"
     python3 bench/ncu_summary.py "$out/ncu-$name.csv" 30 >> "$summary" 2>&1
+    if [[ $name == whisper-* ]]; then
+      python3 bench/ncu_summary.py "$out/ncu-$name.csv" 30 --last-step >> "$summary" 2>&1
+    fi
   done
 fi
 

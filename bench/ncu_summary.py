@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Kernel time table from Nsight Compute's CSV (ncu --csv --metrics gpu__time_duration.sum).
 
-    python3 bench/ncu_summary.py FILE.csv [TOP]
+    python3 bench/ncu_summary.py FILE.csv [TOP] [--last-step]
 
 Prints the total GPU time of the profiled kernels, then the TOP (default 40) kernel names by
 total time: milliseconds, launches, mean microseconds and share. Kernel names are shortened to
 the function name with its first template arguments, which is what tells hark's kernels apart.
+With --last-step, only the kernels of a Whisper decode's last step count: those from the last
+embedding launch on (hark bench --tokens N brackets the prompt and the N - 1 replayed steps).
 """
 import csv
 import sys
@@ -25,8 +27,10 @@ def short_name(name):
 
 
 def main():
-    path = sys.argv[1]
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 40
+    arguments = [a for a in sys.argv[1:] if a != "--last-step"]
+    last_step = len(arguments) < len(sys.argv) - 1
+    path = arguments[0]
+    top = int(arguments[1]) if len(arguments) > 1 else 40
     with open(path, newline="") as f:
         lines = [line for line in f if line.startswith('"')]
     rows = list(csv.reader(lines))
@@ -36,13 +40,23 @@ def main():
     header = rows[0]
     name_at, metric_at, value_at = (header.index(c) for c in ("Kernel Name", "Metric Name", "Metric Value"))
     unit_at = header.index("Metric Unit")
-    totals = defaultdict(lambda: [0.0, 0])
+    # (short name, ms) of each launch, in the order profiled.
+    kernels = []
     for row in rows[1:]:
         if len(row) <= value_at or row[metric_at] != "gpu__time_duration.sum":
             continue
         scale = UNITS[row[unit_at]]
-        value = float(row[value_at].replace(",", "")) * scale
-        entry = totals[short_name(row[name_at])]
+        kernels.append((short_name(row[name_at]), float(row[value_at].replace(",", "")) * scale))
+    if last_step:
+        starts = [i for i, (name, _) in enumerate(kernels) if "embed_kernel<" in name]
+        if not starts:
+            print("no decode step (embed_kernel) among the kernels profiled")
+            return
+        kernels = kernels[starts[-1]:]
+        print("the last decode step:")
+    totals = defaultdict(lambda: [0.0, 0])
+    for name, value in kernels:
+        entry = totals[name]
         entry[0] += value
         entry[1] += 1
     everything = sum(t for t, _ in totals.values())
