@@ -2,7 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string_view>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -96,13 +96,14 @@ CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w,
   switch (*requested) {
     case CrossKvMode::native:
       return policy;
-    case CrossKvMode::int8:
     case CrossKvMode::int8_auto:
-      policy.storage = CrossKvStorage::int8;
-      if (*requested == CrossKvMode::int8_auto && int8_frames_run(config, w)) {
+      if (int8_frames_run(config, w)) {
         policy.larger = CrossKvStorage::int8_frames;
         policy.larger_from = kInt8FramesMinWindows;
       }
+      [[fallthrough]];  // INT8 K/V for the smaller batches
+    case CrossKvMode::int8:
+      policy.storage = CrossKvStorage::int8;
       return policy;
     case CrossKvMode::frames:
     case CrossKvMode::int8_frames:
