@@ -24,6 +24,8 @@ void check_launch(const char* what);
 
 // The current device's multiprocessor count, read once (hark runs on one device).
 int multiprocessor_count();
+// An attribute of the current device (hark::Error naming `what` if it cannot be read).
+int device_attribute(cudaDeviceAttr attribute, const char* what);
 
 // Whether the environment variable `name` is `value`. The backend's switches (HARK_CUDA_…) read
 // it at every call, so that a test can compare both ways in one process.

@@ -77,14 +77,15 @@ void check_launch(const char* what) {
   check(cudaGetLastError(), what);
 }
 
+int device_attribute(cudaDeviceAttr attribute, const char* what) {
+  int device = 0, value = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&value, attribute, device), what);
+  return value;
+}
+
 int multiprocessor_count() {
-  static const int count = [] {
-    int device = 0, value = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&value, cudaDevAttrMultiProcessorCount, device),
-          "multiprocessor count");
-    return value;
-  }();
+  static const int count = device_attribute(cudaDevAttrMultiProcessorCount, "multiprocessor count");
   return count;
 }
 

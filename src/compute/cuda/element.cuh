@@ -392,18 +392,27 @@ __device__ __forceinline__ float warp_max(float value) {
   return value;
 }
 
-// The sum over a block whose size is a multiple of 32, returned to every thread. `scratch` holds
-// a float a warp (32 at most); the closing barrier lets the next call reuse it.
-__device__ __forceinline__ float block_sum(float value, float* scratch) {
+// The sum (or, with kMaximum, the maximum) over a block whose size is a multiple of 32, returned
+// to every thread. `scratch` holds a float a warp (32 at most); the closing barrier lets the next
+// call reuse it.
+template <bool kMaximum>
+__device__ __forceinline__ float block_reduce(float value, float* scratch) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  value = warp_sum(value);
+  value = kMaximum ? warp_max(value) : warp_sum(value);
   if (lane == 0) scratch[warp] = value;
   __syncthreads();
   const int warps = blockDim.x / 32;
-  float total = lane < warps ? scratch[lane] : 0.0f;
-  total = warp_sum(total);
+  const float none = kMaximum ? -INFINITY : 0.0f;
+  float total = lane < warps ? scratch[lane] : none;
+  total = kMaximum ? warp_max(total) : warp_sum(total);
   __syncthreads();
   return total;
+}
+__device__ __forceinline__ float block_sum(float value, float* scratch) {
+  return block_reduce<false>(value, scratch);
+}
+__device__ __forceinline__ float block_max(float value, float* scratch) {
+  return block_reduce<true>(value, scratch);
 }
 
 // A barrier for `threads` threads (whole warps) on barrier `id` (1…15; 0 is __syncthreads).

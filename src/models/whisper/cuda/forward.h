@@ -127,6 +127,8 @@ class KvCaches {
   void* keys(int layer, int sequence = 0) const { return at(layer, 0, sequence); }
   void* values(int layer, int sequence = 0) const { return at(layer, 1, sequence); }
   int64_t sequence_stride() const { return static_cast<int64_t>(capacity_) * d_; }
+  // Elements from one layer's keys (or values) to the next one's.
+  int64_t layer_stride() const { return 2 * sequence_stride() * sequences_; }
   // Where a step's K and V of `layer` go: sequence b's at row positions[b] (device, [batch]).
   gpu::KvScatter step_scatter(int layer, const int32_t* positions) const {
     gpu::KvScatter scatter;
@@ -174,6 +176,7 @@ struct DecoderBuffers {
   gpu::Buffer cross;  // one layer's cross K/V for a prompt: INT8 dequantised, or from the frames
   gpu::Buffer cross_lengths;       // every window's cross-attention length: frame_lengths
   gpu::Buffer absorbed, attended;  // over the frames: [rows, heads, d] before and after attending
+  gpu::Buffer step;                // the one-launch step's (gpu::decoder_step_scratch_bytes)
 };
 
 // `windows` cross-attention lengths on the device, each the model's frames (what a step's and a

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "compute/cuda/decoder_step_sm90.h"
 #include "compute/cuda/frame_attention_sm90.h"
 
 namespace hark::whisper::cuda {
@@ -630,6 +631,61 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
   }
 }
 
+gpu::StepShape step_shape(const Config& config, const KvCaches& caches) {
+  gpu::StepShape shape;
+  shape.d = config.d_model;
+  shape.ffn = config.decoder_ffn;
+  shape.heads = config.decoder_heads;
+  shape.layers = config.decoder_layers;
+  shape.frames = config.max_source_positions;
+  shape.capacity = caches.capacity();
+  return shape;
+}
+
+// Whether a step runs as one persistent launch (gpu::decoder_step): only with
+// HARK_CUDA_STEP_KERNEL=1 (read at each call), for one sequence over K/V stored natively, 16-bit
+// weights that are not Q8_0, and a shape the kernel takes on this GPU. Not the default: it is
+// slower than the launch-per-op step so far (large-v3 on an H100: 3.5 against 1.6 ms;
+// bench/RESULTS.md, thirty-ninth session).
+bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& caches,
+                      const CrossKv& cross, gpu::Element e, int batch) {
+  return batch == 1 && cross.storage == CrossKvStorage::native && w.step_layers.bytes() > 0 &&
+         gpu::environment_is("HARK_CUDA_STEP_KERNEL", "1") &&
+         gpu::decoder_step_runs(e, step_shape(config, caches));
+}
+
+void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
+                 const int32_t* positions, const int32_t* lengths, const int32_t* cross_lengths,
+                 const CrossKv& cross, DecoderBuffers& s) {
+  const gpu::Element e = pass.element();
+  const int64_t d = config.d_model;
+  pass.mark("decoder layers");
+  gpu::DecoderStep step;
+  step.e = e;
+  step.shape = step_shape(config, caches);
+  // The kernel's counts of arrivals start at zero, and each launch leaves them so.
+  const size_t scratch_bytes = gpu::decoder_step_scratch_bytes(step.shape);
+  if (s.step.bytes() < scratch_bytes) {
+    s.step.reserve(scratch_bytes);
+    gpu::check(cudaMemsetAsync(s.step.data(), 0, s.step.bytes(), pass.stream()), "step scratch");
+  }
+  step.layers = w.step_layers.as<gpu::StepLayer>();
+  step.scale = w.decoder_scale;
+  step.x = s.x.data();
+  step.keys = caches.keys(0);
+  step.values = caches.values(0);
+  step.cache_layer_stride = caches.layer_stride();
+  step.positions = positions;
+  step.lengths = lengths;
+  step.cross_keys = cross.kv;
+  step.cross_values = offset(cross.kv, d, e);
+  step.cross_layer_stride = 2 * d;
+  step.cross_row_stride = 2 * d * config.decoder_layers;
+  step.cross_lengths = cross_lengths;
+  step.scratch = s.step.data();
+  gpu::decoder_step(step, pass.stream());
+}
+
 }  // namespace
 
 void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
@@ -641,6 +697,10 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   reserve_decoder(pass, config, batch, over_frames(cross.storage) ? batch : 0, s);
   gpu::embed(e, w.tokens.data.data(), gpu::q8_0_scales(w.tokens), w.decoder_positions.data(), ids,
              positions, batch, d, s.x.data(), pass.stream());
+  if (step_kernel_runs(config, w, caches, cross, e, batch)) {
+    step_kernel(pass, config, w, caches, positions, lengths, cross_lengths, cross, s);
+    return;
+  }
   if (fused_step_fits(config, w, batch)) {
     fused_step_blocks(pass, config, w, caches, batch, positions, lengths, cross_lengths, cross, s);
     return;

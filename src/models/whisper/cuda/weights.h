@@ -40,6 +40,9 @@ struct Weights {
   std::vector<DecoderLayer> decoder_layers;
   gpu::LayerNorm decoder_norm;
   gpu::Linear cross_kv;  // [layers · 2d, d]: layer l's K rows at 2d·l, V rows after
+  // The decoder layers' weights as the one-launch step reads them: gpu::StepLayer [layers]
+  // (compute/cuda/decoder_step_sm90.h); empty for Q8_0 weights, which it does not take.
+  gpu::Buffer step_layers;
   float encoder_scale = 1, decoder_scale = 1;  // head_dim^-1/2
 };
 

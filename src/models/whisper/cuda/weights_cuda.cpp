@@ -3,6 +3,7 @@
 #include <cmath>
 #include <utility>
 
+#include "compute/cuda/decoder_step_sm90.h"
 #include "nn/upload_cuda.h"
 
 namespace hark::whisper::cuda {
@@ -23,6 +24,35 @@ Weight as_matrix(const Weight& conv) {
 gpu::Linear stacked_qkv(gpu::Uploader& up, const nn::MultiHeadAttention& a) {
   const nn::Linear* const parts[] = {&a.q_proj, &a.k_proj, &a.v_proj};
   return nn::upload_stacked(up, parts);
+}
+
+// The decoder layers' device pointers for gpu::decoder_step; empty for Q8_0 weights.
+gpu::Buffer step_layers(const std::vector<DecoderLayer>& layers) {
+  auto norm = [](const gpu::LayerNorm& n, const void*& gamma, const void*& beta, float& eps) {
+    gamma = n.gamma.data();
+    beta = n.beta.data();
+    eps = n.eps;
+  };
+  auto linear = [](const gpu::Linear& l, const void*& weight, const void*& bias) {
+    weight = l.weight.data.data();
+    bias = l.bias.bytes() > 0 ? l.bias.data() : nullptr;
+  };
+  std::vector<gpu::StepLayer> steps;
+  for (const DecoderLayer& layer : layers) {
+    if (layer.qkv.weight.q8_0) return {};
+    gpu::StepLayer s;
+    norm(layer.self_norm, s.self_gamma, s.self_beta, s.self_eps);
+    linear(layer.qkv, s.qkv, s.qkv_bias);
+    linear(layer.self_out, s.self_out, s.self_out_bias);
+    norm(layer.cross_norm, s.cross_gamma, s.cross_beta, s.cross_eps);
+    linear(layer.cross_q, s.cross_q, s.cross_q_bias);
+    linear(layer.cross_out, s.cross_out, s.cross_out_bias);
+    norm(layer.ffn_norm, s.ffn_gamma, s.ffn_beta, s.ffn_eps);
+    linear(layer.fc1, s.fc1, s.fc1_bias);
+    linear(layer.fc2, s.fc2, s.fc2_bias);
+    steps.push_back(s);
+  }
+  return steps.empty() ? gpu::Buffer() : gpu::upload_vector(steps);
 }
 
 }  // namespace
@@ -64,6 +94,7 @@ Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::
   }
   w.decoder_norm = nn::upload(up, dec.final_norm);
   w.cross_kv = nn::upload_stacked(up, cross_parts);
+  w.step_layers = step_layers(w.decoder_layers);
   w.encoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.encoder_heads));
   w.decoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.decoder_heads));
   up.finish();

@@ -1,0 +1,95 @@
+// A single sequence's decode step through every layer of a pre-norm transformer decoder with
+// self- and cross-attention (Whisper's), in one persistent launch (decoder_step_sm90.cu).
+//
+// One token at a time, a step is bound by reading the weights once: large-v3's 32 layers take
+// 1.6 GB, 0.48 ms at an H100's 3.35 TB/s. As a chain of one launch per product and attention
+// (7 a layer), the step takes 1.46 ms on an H200 (bench/RESULTS.md): each launch fills the GPU
+// with loads, drains, and waits for the one before it. Here one CTA an SM runs the whole step.
+// Its phases (8 a layer) are separated by grid-wide barriers, and each CTA copies its share of
+// the weights (and of the cross-attention's keys and values, which do not change during
+// decoding either) two phases ahead into shared memory, so that the stream of weights runs on
+// through the barriers.
+//
+// Not yet faster: on an H100 it takes 3.5 ms a large-v3 step against the launches' 1.6 (its
+// barriers cost 1.1 µs each, and its code misses the instruction cache; bench/RESULTS.md,
+// thirty-ninth session). The Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "compute/cuda/kernels.h"
+
+namespace hark::compute::cuda {
+
+// One layer's weights, device pointers of the element type: the norms' γ and β, matrices [out,
+// in] row-major, biases (null: none). qkv stacks the query, key and value rows [3d, d]; fc1 is
+// [ffn, d], fc2 [d, ffn]; the other matrices [d, d].
+struct StepLayer {
+  const void* self_gamma = nullptr;
+  const void* self_beta = nullptr;
+  const void* qkv = nullptr;
+  const void* qkv_bias = nullptr;
+  const void* self_out = nullptr;
+  const void* self_out_bias = nullptr;
+  const void* cross_gamma = nullptr;
+  const void* cross_beta = nullptr;
+  const void* cross_q = nullptr;
+  const void* cross_q_bias = nullptr;
+  const void* cross_out = nullptr;
+  const void* cross_out_bias = nullptr;
+  const void* ffn_gamma = nullptr;
+  const void* ffn_beta = nullptr;
+  const void* fc1 = nullptr;
+  const void* fc1_bias = nullptr;
+  const void* fc2 = nullptr;
+  const void* fc2_bias = nullptr;
+  float self_eps = 1e-5f, cross_eps = 1e-5f, ffn_eps = 1e-5f;
+};
+
+// The sizes a step depends on: the model's width d (heads of 64), its feed-forward width, its
+// layers, the frames of the cross-attention and the positions the self-attention caches hold.
+struct StepShape {
+  int64_t d = 0, ffn = 0;
+  int heads = 0, layers = 0, frames = 0, capacity = 0;
+};
+
+// One step: the token's embedding x [d] goes through every layer; x is left holding the last
+// layer's output (before the final norm). The caches hold position p of layer l at keys + l ·
+// cache_layer_stride + p · d (values likewise), the step's own K and V are written at
+// positions[0], and the self-attention reads lengths[0] positions. The cross-attention reads
+// cross_lengths[0] frames; frame f of layer l at cross_keys + l · cross_layer_stride + f ·
+// cross_row_stride (values likewise). Strides count elements. scale multiplies the scores.
+// scratch: decoder_step_scratch_bytes(shape), 16-byte aligned.
+struct DecoderStep {
+  Element e = Element::f16;
+  StepShape shape;
+  const StepLayer* layers = nullptr;  // device array [shape.layers]
+  float scale = 1.0f;
+  void* x = nullptr;
+  void* keys = nullptr;
+  void* values = nullptr;
+  int64_t cache_layer_stride = 0;
+  const int32_t* positions = nullptr;
+  const int32_t* lengths = nullptr;
+  const void* cross_keys = nullptr;
+  const void* cross_values = nullptr;
+  int64_t cross_layer_stride = 0, cross_row_stride = 0;
+  const int32_t* cross_lengths = nullptr;
+  void* scratch = nullptr;
+};
+
+// Whether decoder_step runs such a step on this GPU: an H100/H200, 16-bit elements, heads of 64
+// values, d up to 4096 and ffn multiples of 8, every head's frames split among the CTAs in chunks
+// of at most 256 (heads no more than the SMs), and each CTA's largest share of a phase twice in
+// its shared memory. Every Whisper size fits an H100.
+bool decoder_step_runs(Element e, const StepShape& shape);
+size_t decoder_step_scratch_bytes(const StepShape& shape);
+
+// Runs the step (a cooperative launch: every CTA is resident at once). Pointers must be 16-byte
+// aligned. Fails (hark::Error) for what decoder_step_runs refuses.
+void decoder_step(const DecoderStep& step, cudaStream_t stream);
+
+}  // namespace hark::compute::cuda

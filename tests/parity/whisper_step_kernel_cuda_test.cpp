@@ -1,0 +1,99 @@
+// The one-launch decode step (compute/cuda/decoder_step_sm90.h), which the batched greedy search
+// takes for a single window with HARK_CUDA_STEP_KERNEL=1, against the launch-per-op step, on
+// random models of Whisper's real widths: the same greedy tokens over more than one chunk of
+// self-attention positions, and the same log-probabilities within F16/BF16 rounding. The tiny
+// test checkpoints have heads of 16 values, which the kernel does not take. Skipped without a
+// GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "compute/cuda/cuda.h"
+#include "compute/cuda/decoder_step_sm90.h"
+#include "format/gguf.h"
+#include "models/whisper/model.h"
+#include "models/whisper/search.h"
+#include "models/whisper/synthetic.h"
+#include "support/scoped_env.h"
+#include "support/tiny_whisper.h"
+#include "support/whisper_windows.h"
+
+namespace hark::whisper {
+namespace {
+
+struct StepCase {
+  const char* name;
+  int d_model, heads, ffn, decoder_layers;
+  DType type;
+};
+
+void PrintTo(const StepCase& c, std::ostream* out) {
+  *out << c.name;
+}
+
+class WhisperCudaStepKernel : public ::testing::TestWithParam<StepCase> {};
+
+TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
+  if (!compute::cuda::available()) GTEST_SKIP() << "no GPU: " << compute::cuda::describe();
+  const StepCase& c = GetParam();
+  Config config = reference_config("tiny");
+  config.d_model = c.d_model;
+  config.encoder_heads = config.decoder_heads = c.heads;
+  config.encoder_ffn = config.decoder_ffn = c.ffn;
+  config.encoder_layers = 1;
+  config.decoder_layers = c.decoder_layers;
+
+  compute::cuda::StepShape shape;
+  shape.d = config.d_model;
+  shape.ffn = config.decoder_ffn;
+  shape.heads = config.decoder_heads;
+  shape.layers = config.decoder_layers;
+  shape.frames = config.max_source_positions;
+  shape.capacity = config.max_target_positions;
+  const auto element =
+      c.type == DType::BF16 ? compute::cuda::Element::bf16 : compute::cuda::Element::f16;
+  if (!compute::cuda::decoder_step_runs(element, shape)) {
+    GTEST_SKIP() << "the one-launch step does not run on " << compute::cuda::describe();
+  }
+
+  testing::TempDir temp;
+  const std::string path = (temp / "model.gguf").string();
+  write_random_model(config, c.type, path, 11);
+  const auto model = Model::load(gguf::File::open(path), Device::cuda, {CrossKvMode::native});
+  const Vocabulary& vocabulary = model->vocabulary();
+  const std::vector<float> mel = testing::three_windows(config.n_mels);
+  const auto windows = model->encode_batch(mel, 3);
+  const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, {},
+                                    vocabulary.first_language, vocabulary.transcribe, false);
+  // 100 tokens after a prompt of 4: the self-attention spans two chunks of 64 positions.
+  const std::vector<GreedyJob> job = {{windows[1], prompt.tokens, prompt.sot_index, 100}};
+  std::vector<GreedyOutcome> one_launch, per_op;
+  {
+    const testing::ScopedEnv on("HARK_CUDA_STEP_KERNEL", "1");
+    one_launch = model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
+  }
+  {
+    const testing::ScopedEnv off("HARK_CUDA_STEP_KERNEL", "0");
+    per_op = model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
+  }
+  ASSERT_EQ(one_launch.size(), 1u);
+  ASSERT_EQ(per_op.size(), 1u);
+  EXPECT_EQ(one_launch[0].tokens.size(), 100u);
+  EXPECT_EQ(one_launch[0].tokens, per_op[0].tokens);
+  EXPECT_NEAR(one_launch[0].sum_logprob, per_op[0].sum_logprob,
+              1e-2 * (1 + std::abs(per_op[0].sum_logprob)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Widths, WhisperCudaStepKernel,
+                         ::testing::Values(StepCase{"tiny_f16", 384, 6, 1536, 4, DType::F16},
+                                           StepCase{"tiny_bf16", 384, 6, 1536, 4, DType::BF16},
+                                           // large-v3's widths (its fc2 is 5120 deep), two layers
+                                           StepCase{"large_f16", 1280, 20, 5120, 2, DType::F16}),
+                         [](const ::testing::TestParamInfo<StepCase>& info) {
+                           return std::string(info.param.name);
+                         });
+
+}  // namespace
+}  // namespace hark::whisper
