@@ -29,6 +29,9 @@ parakeet::Device parakeet_device(whisper::Device device) {
   return device == whisper::Device::cuda ? parakeet::Device::cuda : parakeet::Device::cpu;
 }
 
+// The help says "60" itself, for an Option's text is a literal.
+static_assert(whisper::kInt8AutoFramesFromWindows == 60,
+              "--cross-kv's help gives the windows from which int8-auto takes INT8 frames");
 const Option cross_kv_option = {
     "cross-kv", 0, "STORAGE",
     "Whisper on the GPU: what the decoder's cross-attention reads\n"

@@ -231,49 +231,41 @@ __device__ __forceinline__ bool cross_item(const Params& p, CrossItem& item) {
 constexpr int kCopyWarp = kWarps - 1;
 constexpr uint32_t kMaxCopy = 32 * 1024;  // bytes a bulk copy of contiguous memory takes at most
 
-// Calls run(source, offset, bytes) for each contiguous run this CTA copies for a product: its
-// rows of W [rows, depth], their bias (when there is one) from the row at or before the first that
-// is a multiple of 8, and with a norm its γ and β.
-template <class T, class Run>
-__device__ void product_runs(const Params& p, const void* w, const void* bias, int64_t rows,
-                             int64_t depth, const void* gamma, const void* beta, Run run) {
-  const Rows r = rows_of(rows);
-  const Share share = share_of(rows, depth, gridDim.x, p.d, gamma != nullptr);
-  run(static_cast<const T*>(w) + r.first * depth, 0, (r.end - r.first) * depth * sizeof(T));
-  if (bias != nullptr) {
-    const int64_t first = r.first & ~int64_t{7}, end = round_up(r.end, 8);
-    run(static_cast<const T*>(bias) + first, share.bias, (end - first) * sizeof(T));
-  }
-  if (gamma != nullptr) {
-    run(gamma, share.norm, p.d * sizeof(T));
-    run(beta, share.norm + round_up(p.d * sizeof(T), 16), p.d * sizeof(T));
-  }
-}
+// A phase's product: W [rows, depth], its bias (null: none), and the norm before it (null γ:
+// none).
+struct Product {
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  int64_t rows = 0, depth = 0;
+  const void* gamma = nullptr;
+  const void* beta = nullptr;
+  float eps = 0.0f;
+};
 
-// The same for phase `phase`'s product, if it has one.
-template <class T, class Run>
-__device__ void phase_runs(const Params& p, const StepLayer& w, int phase, Run run) {
+// Phase `phase`'s product; false for the attention phases, which have none.
+__device__ __forceinline__ bool product_of(const Params& p, const StepLayer& w, int phase,
+                                           Product& out) {
   switch (phase % kPhases) {
     case 0:
-      product_runs<T>(p, w.qkv, w.qkv_bias, 3 * p.d, p.d, w.self_gamma, w.self_beta, run);
-      break;
+      out = {w.qkv, w.qkv_bias, 3 * p.d, p.d, w.self_gamma, w.self_beta, w.self_eps};
+      return true;
     case 2:
-      product_runs<T>(p, w.self_out, w.self_out_bias, p.d, p.d, nullptr, nullptr, run);
-      break;
+      out = {w.self_out, w.self_out_bias, p.d, p.d, nullptr, nullptr, 0.0f};
+      return true;
     case 3:
-      product_runs<T>(p, w.cross_q, w.cross_q_bias, p.d, p.d, w.cross_gamma, w.cross_beta, run);
-      break;
+      out = {w.cross_q, w.cross_q_bias, p.d, p.d, w.cross_gamma, w.cross_beta, w.cross_eps};
+      return true;
     case 5:
-      product_runs<T>(p, w.cross_out, w.cross_out_bias, p.d, p.d, nullptr, nullptr, run);
-      break;
+      out = {w.cross_out, w.cross_out_bias, p.d, p.d, nullptr, nullptr, 0.0f};
+      return true;
     case 6:
-      product_runs<T>(p, w.fc1, w.fc1_bias, p.ffn, p.d, w.ffn_gamma, w.ffn_beta, run);
-      break;
+      out = {w.fc1, w.fc1_bias, p.ffn, p.d, w.ffn_gamma, w.ffn_beta, w.ffn_eps};
+      return true;
     case 7:
-      product_runs<T>(p, w.fc2, w.fc2_bias, p.d, p.ffn, nullptr, nullptr, run);
-      break;
+      out = {w.fc2, w.fc2_bias, p.d, p.ffn, nullptr, nullptr, 0.0f};
+      return true;
     default:
-      break;
+      return false;
   }
 }
 
@@ -312,20 +304,41 @@ __device__ void prefetch(const Params& p, const CUtensorMap* cross_map, const St
     }
     return;
   }
-  int64_t total = 0;
-  phase_runs<T>(p, w, phase, [&](const void*, int64_t, int64_t bytes) { total += bytes; });
-  if (lane == 0) barrier_expect_bytes(barrier, static_cast<uint32_t>(total));
+  // A product's runs of memory: this CTA's rows of W, their bias from the row at or before the
+  // first that is a multiple of 8 (the copies move 16-byte pieces), and with a norm its γ and β.
+  // (Fixed-size arrays indexed by constants after unrolling: registers, not local memory, and one
+  // loop of copies for every product, so that the kernel's code stays small.)
+  Product product;
+  product_of(p, w, phase, product);
+  const Rows r = rows_of(product.rows);
+  const Share share =
+      share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
+  const int64_t bias_first = r.first & ~int64_t{7};
+  const int64_t norm_bytes = p.d * sizeof(T);
+  const unsigned char* from[4] = {
+      static_cast<const unsigned char*>(product.w) + r.first * product.depth * sizeof(T),
+      product.bias != nullptr
+          ? static_cast<const unsigned char*>(product.bias) + bias_first * sizeof(T)
+          : nullptr,
+      static_cast<const unsigned char*>(product.gamma),
+      static_cast<const unsigned char*>(product.beta)};
+  const int64_t to[4] = {0, share.bias, share.norm, share.norm + round_up(norm_bytes, 16)};
+  const int64_t bytes[4] = {
+      (r.end - r.first) * product.depth * static_cast<int64_t>(sizeof(T)),
+      product.bias != nullptr ? (round_up(r.end, 8) - bias_first) * int64_t{sizeof(T)} : 0,
+      product.gamma != nullptr ? norm_bytes : 0, product.gamma != nullptr ? norm_bytes : 0};
+  if (lane == 0) {
+    barrier_expect_bytes(barrier, static_cast<uint32_t>(bytes[0] + bytes[1] + bytes[2] + bytes[3]));
+  }
   __syncwarp();
-  // The runs in pieces of at most kMaxCopy bytes, piece i to lane i % 32.
-  int piece = 0;
-  phase_runs<T>(p, w, phase, [&](const void* source, int64_t offset, int64_t bytes) {
-    for (int64_t at = 0; at < bytes; at += kMaxCopy, ++piece) {
-      if (piece % 32 != lane) continue;
-      const auto size = static_cast<uint32_t>(min(int64_t{kMaxCopy}, bytes - at));
-      bulk_load(buffer + offset + at, static_cast<const unsigned char*>(source) + at, size,
-                barrier);
+  // Each run in pieces of at most kMaxCopy bytes, piece i to lane i % 32.
+#pragma unroll
+  for (int run = 0; run < 4; ++run) {
+    for (int64_t at = lane * int64_t{kMaxCopy}; at < bytes[run]; at += 32 * int64_t{kMaxCopy}) {
+      const auto size = static_cast<uint32_t>(min(int64_t{kMaxCopy}, bytes[run] - at));
+      bulk_load(buffer + to[run] + at, from[run] + at, size, barrier);
     }
-  });
+  }
 }
 
 // vector [d] := layer_norm(x) with γ, β (the phase's buffer holds them; F32 statistics, two
@@ -527,17 +540,6 @@ __device__ __noinline__ void product_sums(const unsigned char* w, Rows r, int64_
   }
 }
 
-// The product, then epilogue(row, sum) for each of its rows, a thread a row.
-template <class T, class Epilogue>
-__device__ void multiply(const unsigned char* w, Rows r, int64_t depth, const T* vector,
-                         float* sums, Epilogue epilogue) {
-  product_sums<T>(w, r, depth, vector, sums);
-  __syncthreads();
-  for (int64_t row = r.first + threadIdx.x; row < r.end; row += kThreads) {
-    epilogue(row, sums[row - r.first]);
-  }
-}
-
 // What a launch reads once: the step's position and lengths.
 struct Step {
   int64_t position;
@@ -550,127 +552,87 @@ __device__ __forceinline__ unsigned long long global_time() {
   return t;
 }
 
-// Phase `phase` (its layer's phase phase % kPhases; the layout at the top of the file).
+// Phase `phase` (its layer's phase phase % kPhases; the layout at the top of the file). Every
+// product takes one path (its input vector, its sums, then its epilogue by the phase), so that
+// the kernel's code stays small.
 template <class T>
 __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w, int phase,
                           const unsigned char* buffer, T* vector, float* own, float* scores,
                           float* reduce, float* scratch, float* sums, unsigned long long* mark) {
-  const int layer = phase / kPhases;
+  const int layer = phase / kPhases, kind = phase % kPhases;
   T* x = static_cast<T*>(p.x);
   T* q = static_cast<T*>(p.q);
+  T* hidden = static_cast<T*>(p.hidden);
   T* context = static_cast<T*>(p.context);
   T* keys = static_cast<T*>(p.keys) + layer * p.cache_layer_stride;
   T* values = static_cast<T*>(p.values) + layer * p.cache_layer_stride;
   const int64_t d = p.d;
-  // x += sum + bias for the products that end a block: the CTA's rows of x stay in `own`.
-  auto add_to_x = [&](const void* bias, Rows r, Share share) {
-    return [=](int64_t row, float sum) {
-      const T value =
-          from_float<T>(sum + bias_of<T>(buffer, share, bias, r, row) + own[row - r.first]);
-      own[row - r.first] = to_float(value);
-      x[row] = value;
-    };
-  };
-  switch (phase % kPhases) {
-    case 0: {
-      const Share share = share_of(3 * d, d, gridDim.x, d, true);
-      norm_into<T>(p, buffer, share, w.self_eps, vector, scratch);
-      __syncthreads();
-      if (mark) *mark = global_time();
-      const Rows r = rows_of(3 * d);
-      multiply<T>(buffer, r, d, vector, sums, [&](int64_t row, float sum) {
-        const T value = from_float<T>(sum + bias_of<T>(buffer, share, w.qkv_bias, r, row));
-        if (row < d) {
-          q[row] = value;
-        } else if (row < 2 * d) {
-          keys[step.position * d + row - d] = value;
-        } else {
-          values[step.position * d + row - 2 * d] = value;
-        }
-      });
-      break;
+  Product product;
+  if (product_of(p, w, phase, product)) {
+    const Share share =
+        share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
+    if (product.gamma != nullptr) {
+      norm_into<T>(p, buffer, share, product.eps, vector, scratch);
+    } else {
+      load_into<T>(kind == 7 ? hidden : context, product.depth, vector);
     }
-    case 1: {
-      const int chunks = static_cast<int>(ceil_div(step.length, kSelfChunk));
-      if (chunks == 0) {  // a sequence that is done: its context is zeros
-        for (int i = blockIdx.x * kThreads + threadIdx.x; i < d; i += gridDim.x * kThreads) {
-          context[i] = from_float<T>(0.0f);
-        }
-        break;
+    __syncthreads();
+    if (mark) *mark = global_time();
+    const Rows r = rows_of(product.rows);
+    product_sums<T>(buffer, r, product.depth, vector, sums);
+    __syncthreads();
+    for (int64_t row = r.first + threadIdx.x; row < r.end; row += kThreads) {
+      const float value = sums[row - r.first] + bias_of<T>(buffer, share, product.bias, r, row);
+      if (kind == 0) {  // q, and this token's k and v into the caches
+        T* target = row < d       ? q + row
+                    : row < 2 * d ? keys + step.position * d + row - d
+                                  : values + step.position * d + row - 2 * d;
+        *target = from_float<T>(value);
+      } else if (kind == 3) {
+        q[row] = from_float<T>(value);
+      } else if (kind == 6) {
+        hidden[row] = from_float<T>(gelu_value(value));
+      } else {  // the residual: the CTA's rows of x stay in `own`
+        const T sum = from_float<T>(value + own[row - r.first]);
+        own[row - r.first] = to_float(sum);
+        x[row] = sum;
       }
-      for (int item = blockIdx.x; item < p.heads * p.self_chunks; item += gridDim.x) {
-        const int head = item / p.self_chunks, chunk = item - head * p.self_chunks;
-        if (chunk >= chunks) continue;
-        const int first = chunk * kSelfChunk;
-        const int64_t at = int64_t{first} * d + head * kHeadDim;
-        const float* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
-        attend<T, true>(keys + at, values + at, d, min(kSelfChunk, step.length - first),
-                        q + head * kHeadDim, p.scale, scores, reduce, scratch,
-                        const_cast<float*>(head_partials) + chunk * kPartial);
-        if (mark) *mark = global_time();
-        arrive<T>(head_partials, chunks, p.arrivals + head, context + head * kHeadDim, scratch);
-      }
-      break;
     }
-    case 2:
-    case 5: {  // an attention's output product
-      const void* bias = phase % kPhases == 2 ? w.self_out_bias : w.cross_out_bias;
-      load_into<T>(context, d, vector);
-      __syncthreads();
-      if (mark) *mark = global_time();
-      const Rows r = rows_of(d);
-      multiply<T>(buffer, r, d, vector, sums,
-                  add_to_x(bias, r, share_of(d, d, gridDim.x, d, false)));
-      break;
-    }
-    case 3: {
-      const Share share = share_of(d, d, gridDim.x, d, true);
-      norm_into<T>(p, buffer, share, w.cross_eps, vector, scratch);
-      __syncthreads();
-      if (mark) *mark = global_time();
-      const Rows r = rows_of(d);
-      multiply<T>(buffer, r, d, vector, sums, [&](int64_t row, float sum) {
-        q[row] = from_float<T>(sum + bias_of<T>(buffer, share, w.cross_q_bias, r, row));
-      });
-      break;
-    }
-    case 4: {
-      CrossItem item;
-      if (!cross_item(p, item)) break;
-      const int count = max(0, min(item.count, step.cross_length - item.first));
-      const T* keys_here = reinterpret_cast<const T*>(buffer);
-      float* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
-      attend<T, false>(keys_here, keys_here + int64_t{p.cross_chunk_frames} * kHeadDim, kHeadDim,
-                       count, q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
-                       head_partials + item.chunk * kPartial);
-      if (mark) *mark = global_time();
-      arrive<T>(head_partials, p.cross_chunks, p.arrivals + p.heads + item.head,
-                context + item.head * kHeadDim, scratch);
-      break;
-    }
-    case 6: {
-      const Share share = share_of(p.ffn, d, gridDim.x, d, true);
-      norm_into<T>(p, buffer, share, w.ffn_eps, vector, scratch);
-      __syncthreads();
-      if (mark) *mark = global_time();
-      T* hidden = static_cast<T*>(p.hidden);
-      const Rows r = rows_of(p.ffn);
-      multiply<T>(buffer, r, d, vector, sums, [&](int64_t row, float sum) {
-        hidden[row] =
-            from_float<T>(gelu_value(sum + bias_of<T>(buffer, share, w.fc1_bias, r, row)));
-      });
-      break;
-    }
-    default: {
-      load_into<T>(p.hidden, p.ffn, vector);
-      __syncthreads();
-      if (mark) *mark = global_time();
-      const Rows r = rows_of(d);
-      multiply<T>(buffer, r, p.ffn, vector, sums,
-                  add_to_x(w.fc2_bias, r, share_of(d, p.ffn, gridDim.x, d, false)));
-      break;
-    }
+    return;
   }
+  if (kind == 1) {
+    const int chunks = static_cast<int>(ceil_div(step.length, kSelfChunk));
+    if (chunks == 0) {  // a sequence that is done: its context is zeros
+      for (int i = blockIdx.x * kThreads + threadIdx.x; i < d; i += gridDim.x * kThreads) {
+        context[i] = from_float<T>(0.0f);
+      }
+      return;
+    }
+    for (int item = blockIdx.x; item < p.heads * p.self_chunks; item += gridDim.x) {
+      const int head = item / p.self_chunks, chunk = item - head * p.self_chunks;
+      if (chunk >= chunks) continue;
+      const int first = chunk * kSelfChunk;
+      const int64_t at = int64_t{first} * d + head * kHeadDim;
+      float* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
+      attend<T, true>(keys + at, values + at, d, min(kSelfChunk, step.length - first),
+                      q + head * kHeadDim, p.scale, scores, reduce, scratch,
+                      head_partials + chunk * kPartial);
+      if (mark) *mark = global_time();
+      arrive<T>(head_partials, chunks, p.arrivals + head, context + head * kHeadDim, scratch);
+    }
+    return;
+  }
+  CrossItem item;  // kind 4
+  if (!cross_item(p, item)) return;
+  const int count = max(0, min(item.count, step.cross_length - item.first));
+  const T* keys_here = reinterpret_cast<const T*>(buffer);
+  float* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
+  attend<T, false>(keys_here, keys_here + int64_t{p.cross_chunk_frames} * kHeadDim, kHeadDim, count,
+                   q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
+                   head_partials + item.chunk * kPartial);
+  if (mark) *mark = global_time();
+  arrive<T>(head_partials, p.cross_chunks, p.arrivals + p.heads + item.head,
+            context + item.head * kHeadDim, scratch);
 }
 
 template <class T>

@@ -10,9 +10,10 @@
 // decoding either) two phases ahead into shared memory, so that the stream of weights runs on
 // through the barriers.
 //
-// Not yet faster: on an H100 it takes 3.5 ms a large-v3 step against the launches' 1.6 (its
-// barriers cost 1.1 µs each, and its code misses the instruction cache; bench/RESULTS.md,
-// thirty-ninth session). The Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
+// Not yet faster: on an H100 it took 3.5 ms a large-v3 step against the launches' 1.6 (its
+// barriers cost 1.1 µs each, and its code, 194 KB then, missed the instruction cache; it is 78 KB
+// now, not yet measured; bench/RESULTS.md, thirty-ninth session). The Whisper decoder takes it
+// only with HARK_CUDA_STEP_KERNEL=1.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -116,10 +116,18 @@ enum class Device { cpu, cuda };
 // (models/whisper/cuda/forward.h, CrossKvStorage, says what each costs and gains): every decoder
 // layer's K and V in the weights' type (native), the same in INT8 (int8), the encoder's frames
 // with the K and V products folded into the attention (frames), those frames in INT8 as well
-// (int8_frames: an H100/H200, F16 weights), or int8_auto: INT8 K/V for a batch of fewer than 60
-// windows, INT8 frames from there (INT8 K/V everywhere INT8 frames do not run). The CPU model
-// keeps native K/V.
+// (int8_frames: an H100/H200, F16 weights), or int8_auto: INT8 K/V for a batch of fewer than
+// kInt8AutoFramesFromWindows windows, INT8 frames from there (INT8 K/V everywhere INT8 frames do
+// not run). The CPU model keeps native K/V.
 enum class CrossKvMode { native, int8, frames, int8_frames, int8_auto };
+
+// Windows from which int8_auto keeps a batch as INT8 frames. On an H100, large-v3's steps over
+// INT8 K/V and over INT8 frames, ms: 3.15 / 4.17 at 24 sequences, 4.54 / 4.97 at 48, 4.59 / 5.00
+// at 52, 4.86 / 5.14 at 56, 4.98 / 4.70 at 60, 5.32 / 4.88 at 64 (bench/RESULTS.md,
+// thirty-seventh session). The frames' encoder is 0.6-0.7 ms a window faster (no K/V product), so
+// at 56 the two tie on the standard workload's RTFx (1,913-1,931 / 1,917-1,924); at 60 the frames
+// lead by 9 % (1,962-1,970 / 2,150-2,154), and their batch takes about 60 % of the memory.
+constexpr int kInt8AutoFramesFromWindows = 60;
 
 // The names of the command line and of HARK_CUDA_CROSS_KV: native, int8, frames, int8-frames,
 // int8-auto; nullopt for any other.

@@ -73,13 +73,8 @@ struct CrossKvPolicy {
   }
 };
 
-// Windows from which int8-auto (below) keeps a batch as INT8 frames. On an H100, large-v3's steps
-// over INT8 K/V and over INT8 frames, ms: 3.15 / 4.17 at 24 sequences, 4.54 / 4.97 at 48, 4.59 /
-// 5.00 at 52, 4.86 / 5.14 at 56, 4.98 / 4.70 at 60, 5.32 / 4.88 at 64 (bench/RESULTS.md,
-// thirty-seventh session). The frames' encoder is 0.6-0.7 ms a window faster (no K/V product), so
-// at 56 the two tie on the standard workload's RTFx (1,913-1,931 / 1,917-1,924); at 60 the frames
-// lead by 9 % (1,962-1,970 / 2,150-2,154), and their batch takes about 60 % of the memory.
-constexpr int kInt8FramesMinWindows = 60;
+// Windows from which int8-auto (below) keeps a batch as INT8 frames (model.h says why 60).
+constexpr int kInt8FramesMinWindows = kInt8AutoFramesFromWindows;
 
 // The policy of `requested` (model.h: CrossKvMode) or, unset, of the environment's
 // HARK_CUDA_CROSS_KV (read at each call, and a model calls this once, when it loads), else
