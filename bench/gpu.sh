@@ -178,7 +178,9 @@ if has experiments; then
   # int8-registers and int8-staged put every batch's INT8 cross-attention on one form (the default
   # stages from 8 sequences of large-v3); int8-frames attends over INT8 frames instead of the
   # storage HARK_EXP_CROSS_KV names (a variant's settings come after it and win); int8-auto takes
-  # INT8 frames from 60 windows and INT8 K/V below.
+  # INT8 frames from 60 windows and INT8 K/V below; step-kernel runs batch 1 as one persistent
+  # launch (decoder_step_sm90.h; over native K/V, so against "native"), with CTA 0's time by
+  # phase in its log.
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
@@ -195,6 +197,8 @@ if has experiments; then
     "int8-staged|f16|HARK_CUDA_INT8_STAGED=1"
     "int8-frames|f16|HARK_CUDA_CROSS_KV=int8-frames"
     "int8-auto|f16|HARK_CUDA_CROSS_KV=int8-auto"
+    "native|f16|HARK_CUDA_CROSS_KV=native"
+    "step-kernel|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_TIMING=1"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
