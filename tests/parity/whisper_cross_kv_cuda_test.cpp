@@ -170,9 +170,9 @@ TEST(WhisperCudaInt8Frames, StaysNearNative) {
   }
 }
 
-// int8-auto picks the storage by the batch: a batch of fewer than kInt8FramesMinWindows windows
-// decodes exactly as with int8, one of that many exactly as with int8-frames (the same kernels
-// on the same inputs: the same tokens and log-probabilities).
+// int8-auto picks the storage by the batch: a batch of fewer than kInt8AutoFramesFromWindows
+// windows decodes exactly as with int8, one of that many exactly as with int8-frames (the same
+// kernels on the same inputs: the same tokens and log-probabilities).
 TEST(WhisperCudaInt8Auto, TakesInt8FramesFromItsBatchSize) {
   if (!compute::cuda::available() ||
       !compute::cuda::frame_attention_int8_runs(compute::cuda::Element::f16, 4, 256)) {
@@ -194,7 +194,7 @@ TEST(WhisperCudaInt8Auto, TakesInt8FramesFromItsBatchSize) {
   const LogitRules rules(vocabulary, config.vocab_size, /*timestamps=*/false);
   const std::vector<float> three = testing::three_windows(config.n_mels);
   const size_t window_values = three.size() / 3;
-  for (const int count : {3, cuda::kInt8FramesMinWindows}) {
+  for (const int count : {3, kInt8AutoFramesFromWindows}) {
     SCOPED_TRACE(count);
     // The three recordings' windows over and over.
     std::vector<float> mel;
@@ -208,7 +208,7 @@ TEST(WhisperCudaInt8Auto, TakesInt8FramesFromItsBatchSize) {
     const auto decode = [&](const Model& m) {
       return decode_windows_greedy(m, m.encode_batch(mel, count), prompts, rules, 12);
     };
-    const bool frames = count >= cuda::kInt8FramesMinWindows;
+    const bool frames = count >= kInt8AutoFramesFromWindows;
     const auto got = decode(*automatic);
     const auto want = decode(frames ? *int8_frames : *int8);
     const auto other = decode(frames ? *int8 : *int8_frames);

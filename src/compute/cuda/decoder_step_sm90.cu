@@ -40,7 +40,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 #include <vector>
 
@@ -109,7 +108,7 @@ struct Layout {
   int64_t buffer_bytes = 0, shared_bytes = 0, scratch_bytes = 0;
   int64_t layers_offset = 0, vector_offset = 0, own_offset = 0, scores_offset = 0;
   int64_t reduce_offset = 0, scratch_offset = 0, barriers_offset = 0, sums_offset = 0;
-  int64_t q_offset = 0, hidden_offset = 0, context_offset = 0, self_offset = 0, cross_offset = 0;
+  int64_t hidden_offset = 0, context_offset = 0, self_offset = 0, cross_offset = 0;  // q first
   int64_t arrivals_offset = 0;
 };
 
@@ -156,7 +155,6 @@ Layout layout_of(const StepShape& s, int ctas) {
   l.barriers_offset = l.scratch_offset + 64 * 4;
   l.sums_offset = l.barriers_offset + 16;
   l.shared_bytes = l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * 4, 16);
-  l.q_offset = 0;
   l.hidden_offset = round_up(s.d * 2, 16);
   l.context_offset = l.hidden_offset + round_up(s.ffn * 2, 16);
   l.self_offset = l.context_offset + round_up(s.d * 2, 16);
@@ -522,7 +520,7 @@ __device__ __noinline__ void arrive(const float* partials, int chunks, int* arri
 // The sums of a product's rows [first, end) from shared memory (`w`, rows of `depth`) times the
 // vector (shared memory) into sums[row − first], a warp a row. Not inlined, nor unrolled past a
 // few packs: one copy of this code serves every product. The whole step is one kernel, and with
-// each product's code inlined and unrolled its ~290 KB of instructions missed the instruction
+// each product's code inlined and unrolled its ~200 KB of instructions missed the instruction
 // cache in every phase (a third of the warps' samples, in Nsight Compute).
 template <class T>
 __device__ __noinline__ void product_sums(const unsigned char* w, Rows r, int64_t depth,
@@ -783,7 +781,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.ffn = s.ffn;
   p.scale = step.scale;
   p.x = step.x;
-  p.q = scratch + l.q_offset;
+  p.q = scratch;
   p.hidden = scratch + l.hidden_offset;
   p.context = scratch + l.context_offset;
   p.self_partials = reinterpret_cast<float*>(scratch + l.self_offset);

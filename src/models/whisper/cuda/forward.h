@@ -73,14 +73,11 @@ struct CrossKvPolicy {
   }
 };
 
-// Windows from which int8-auto (below) keeps a batch as INT8 frames (model.h says why 60).
-constexpr int kInt8FramesMinWindows = kInt8AutoFramesFromWindows;
-
 // The policy of `requested` (model.h: CrossKvMode) or, unset, of the environment's
 // HARK_CUDA_CROSS_KV (read at each call, and a model calls this once, when it loads), else
 // native: one storage for every batch, or for int8_auto INT8 K/V for batches of fewer than
-// kInt8FramesMinWindows windows and INT8 frames from there, where they run (otherwise INT8 K/V
-// for every batch). A storage this model or GPU cannot run is a hark::Error.
+// kInt8AutoFramesFromWindows (model.h) windows and INT8 frames from there, where they run
+// (otherwise INT8 K/V for every batch). A storage this model or GPU cannot run is a hark::Error.
 CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w,
                               std::optional<CrossKvMode> requested);
 

@@ -100,7 +100,7 @@ CrossKvPolicy cross_kv_policy(const Config& config, const Weights& w,
     case CrossKvMode::int8_auto:
       if (int8_frames_run(config, w)) {
         policy.larger = CrossKvStorage::int8_frames;
-        policy.larger_from = kInt8FramesMinWindows;
+        policy.larger_from = kInt8AutoFramesFromWindows;
       }
       [[fallthrough]];  // INT8 K/V for the smaller batches
     case CrossKvMode::int8:
