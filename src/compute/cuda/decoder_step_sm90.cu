@@ -1,7 +1,8 @@
 // decoder_step (decoder_step_sm90.h): a single sequence's decode step in one persistent launch.
-// Opt-in and slower than the launch-per-op step so far (bench/RESULTS.md, thirty-ninth session).
+// Opt-in (bench/RESULTS.md, thirty-ninth and fortieth sessions).
 //
-// One CTA an SM, kThreads threads. A layer is eight phases, each ending at a grid-wide barrier:
+// One CTA an SM, kThreads threads: kComputeWarps warps compute, the last one copies. A layer is
+// eight phases:
 //   0  h = norm(x); q, k, v = h · W_qkvᵀ + b (k and v into the caches at the step's position)
 //   1  self-attention: a CTA per (head, 64 positions), a partial softmax each
 //   2  x += context · W_oᵀ + b
@@ -12,15 +13,16 @@
 //   7  x += hidden · W_2ᵀ + b
 // A product splits its output rows evenly among the CTAs: each CTA's rows of W are one
 // contiguous range of memory. Every CTA computes the input vector itself (the norm of x, or
-// loads the context or the hidden vector), since each output row needs all of it. The last CTA
-// of a head to write its partial softmax (a count of arrivals per head) merges the head's
-// partials into the context.
+// loads the context or the hidden vector), since each output row needs all of it, so a grid-wide
+// barrier ends every phase but 0 and 3; an attention waits only for its head's rows of q (and k,
+// v), counted per head. The last CTA of a head to write its partial softmax (a count of arrivals
+// per head) merges the head's partials into the context.
 //
 // What a phase reads that no phase writes (the weights, biases, γ and β; the cross-attention's
-// keys and values) is copied into one of two buffers of shared memory, phase p's into buffer
-// p % 2, as soon as phase p − 2 has finished with that buffer: the copies run on through the
-// next phase and its barrier, so that the HBM streams while the CTAs wait for each other. A
-// product's share then comes from shared memory.
+// keys and values) is copied by the copy warp into one of two buffers of shared memory, phase
+// p's into buffer p % 2, once phase p − 2 has finished with that buffer, in slices of 8 KB with
+// only a few in flight at once (copy_step says why). A product's share then comes from shared
+// memory.
 //
 // What the CTAs hand each other (x, q, the hidden vector, the context, the caches' new row, the
 // partial softmaxes) goes through L2: written by plain stores, read by ld.global.cg after the
@@ -32,7 +34,6 @@
 // everything else is F32.
 #include "compute/cuda/decoder_step_sm90.h"
 
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "compute/cuda/decode_attention.cuh"
 #include "compute/cuda/device.h"
 #include "compute/cuda/element.cuh"
 #include "compute/cuda/hopper.cuh"
@@ -53,19 +55,26 @@ namespace hark::compute::cuda {
 
 namespace {
 
-namespace cg = cooperative_groups;
 using namespace hopper;
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+// The last warp copies (see kCopyWarp); the others compute, synchronising by a named barrier.
+constexpr int kComputeWarps = kWarps - 1;
+constexpr int kComputeThreads = kComputeWarps * 32;
 constexpr int kHeadDim = 64;
 constexpr int kPack = 8;                // 16-bit values in a 16-byte load
 constexpr int kPartial = 2 + kHeadDim;  // a partial softmax: max, sum, then Σ p · v
 constexpr int kSelfChunk = 64;          // positions a self-attention item takes
 constexpr int kPhases = 8;              // a layer's
-constexpr int kMaxNormPacks = 2;        // the norm's values a thread: d up to 4096
-constexpr int64_t kMaxNormWidth = kThreads * kMaxNormPacks * kPack;
+constexpr int kMaxNormPacks = 2;        // the norm's values a thread: d up to 3584
+constexpr int64_t kMaxNormWidth = kComputeThreads * kMaxNormPacks * kPack;
+// A phase's copies are slices of at most kSlice bytes, each counted by an mbarrier of its own
+// (a cross-attention slice: a box of kBoxRows frames), so that the copy warp can keep few bytes
+// in flight (Params::slices_in_flight).
+constexpr int64_t kSlice = 8 * 1024;
+constexpr int kBoxRows = kSlice / (kHeadDim * 2);
 
 struct Params {
   const StepLayer* layers;
@@ -79,6 +88,14 @@ struct Params {
   float* self_partials;   // [heads, self_chunks, kPartial]
   float* cross_partials;  // [heads, cross_chunks, kPartial]
   int* arrivals;          // [2 · heads]: the chunks of each head done (self, then cross)
+  // The grid barrier's count of arrivals over every launch so far (see grid_barrier).
+  unsigned long long* barrier_count;
+  // The attention of head h waits for the rows it reads rather than for the whole grid: the CTAs
+  // of phases 0 and 3 add the rows of each head they wrote to head_rows [2 · heads] (the query,
+  // key and value rows for the self-attention, then the query rows for the cross-attention),
+  // counts that grow through the launch and go back to 0 in its last phase, which no attention
+  // follows.
+  unsigned long long* head_rows;
   void* keys;
   void* values;
   int64_t cache_layer_stride;
@@ -98,18 +115,27 @@ struct Params {
       barriers_offset, sums_offset;
   // With HARK_CUDA_STEP_TIMING: CTA 0's clock (globaltimer, ns) at four points of each phase
   // [phases, 4] (its copies landed, its input vector ready, its work done, the grid's barrier
-  // passed); null otherwise.
+  // passed), then each CTA's at the end of its work [phases, ctas]; null otherwise.
   unsigned long long* timings;
+  // The slices' mbarriers in shared memory (a ring of `slots`, at barriers_offset, then the two
+  // buffers' "free" mbarriers), and how many slices the copy warp keeps in flight at most.
+  int slots, slices_in_flight;
+  int cross_boxes;  // boxes of kBoxRows frames in a cross-attention chunk, keys and values each
 };
 
 // How a launch divides the work, from the shape and the number of CTAs (one an SM).
 struct Layout {
-  int ctas = 0, cross_chunks = 0, cross_chunk_frames = 0, self_chunks = 0;
+  int ctas = 0, cross_chunks = 0, cross_chunk_frames = 0, cross_boxes = 0, self_chunks = 0;
+  int slots = 0;  // the slices' mbarriers: twice the most slices a phase copies
   int64_t buffer_bytes = 0, shared_bytes = 0, scratch_bytes = 0;
   int64_t layers_offset = 0, vector_offset = 0, own_offset = 0, scores_offset = 0;
   int64_t reduce_offset = 0, scratch_offset = 0, barriers_offset = 0, sums_offset = 0;
-  int64_t hidden_offset = 0, context_offset = 0, self_offset = 0, cross_offset = 0;  // q first
-  int64_t arrivals_offset = 0;
+  // The scratch: first what must keep its place while the caches' capacity (and with it the
+  // partials' size) changes, the barrier's count, the heads' counts of rows and of arrivals
+  // (which each launch leaves as it found them or as a multiple of the CTAs); then q, the hidden
+  // vector, the context, the partials.
+  int64_t arrivals_offset = 0, q_offset = 0, hidden_offset = 0, context_offset = 0;
+  int64_t self_offset = 0, cross_offset = 0;
 };
 
 __host__ __device__ constexpr int64_t round_up(int64_t value, int64_t multiple) {
@@ -121,6 +147,7 @@ __host__ __device__ constexpr int64_t round_up(int64_t value, int64_t multiple) 
 // copies move 16-byte pieces), then with a norm its γ and β [d] each.
 struct Share {
   int64_t bias, norm, end;
+  int64_t most_bytes;  // the largest share of W among the CTAs
 };
 __host__ __device__ inline Share share_of(int64_t rows, int64_t depth, int64_t ctas, int64_t d,
                                           bool normed) {
@@ -130,6 +157,7 @@ __host__ __device__ inline Share share_of(int64_t rows, int64_t depth, int64_t c
   share.bias = round_up(most * depth * 2, 16);
   share.norm = share.bias + round_up((most + 16) * 2, 16);
   share.end = share.norm + (normed ? 2 * round_up(d * 2, 16) : 0);
+  share.most_bytes = most * depth * 2;
   return share;
 }
 
@@ -138,12 +166,20 @@ Layout layout_of(const StepShape& s, int ctas) {
   l.ctas = ctas;
   l.cross_chunks = std::max(1, ctas / std::max(1, s.heads));
   l.cross_chunk_frames = static_cast<int>(ceil_div(s.frames, l.cross_chunks));
+  l.cross_boxes = static_cast<int>(ceil_div(l.cross_chunk_frames, kBoxRows));
   l.self_chunks = static_cast<int>(ceil_div(s.capacity, kSelfChunk));
-  l.buffer_bytes = std::max(
-      {share_of(3 * s.d, s.d, ctas, s.d, true).end, share_of(s.d, s.d, ctas, s.d, true).end,
-       share_of(s.ffn, s.d, ctas, s.d, true).end, share_of(s.d, s.ffn, ctas, s.d, false).end,
-       int64_t{2} * l.cross_chunk_frames * kHeadDim * 2});
+  const Share shares[] = {
+      share_of(3 * s.d, s.d, ctas, s.d, true), share_of(s.d, s.d, ctas, s.d, true),
+      share_of(s.ffn, s.d, ctas, s.d, true), share_of(s.d, s.ffn, ctas, s.d, false)};
+  l.buffer_bytes = int64_t{2} * l.cross_boxes * kSlice;
+  int64_t most_slices = 2 * l.cross_boxes;
+  for (const Share& share : shares) {
+    l.buffer_bytes = std::max(l.buffer_bytes, share.end);
+    // W's slices, and one each for the bias, γ and β (each at most kSlice bytes: d ≤ 3584)
+    most_slices = std::max(most_slices, ceil_div(share.most_bytes, kSlice) + 3);
+  }
   l.buffer_bytes = round_up(l.buffer_bytes, 16);
+  l.slots = static_cast<int>(2 * most_slices);
   const int64_t scores = std::max(l.cross_chunk_frames, kSelfChunk);
   l.layers_offset = 2 * l.buffer_bytes;
   l.vector_offset =
@@ -153,15 +189,15 @@ Layout layout_of(const StepShape& s, int ctas) {
   l.reduce_offset = l.scores_offset + round_up(scores * 4, 16);
   l.scratch_offset = l.reduce_offset + kWarps * kHeadDim * 4;
   l.barriers_offset = l.scratch_offset + 64 * 4;
-  l.sums_offset = l.barriers_offset + 16;
+  l.sums_offset = l.barriers_offset + round_up((int64_t{l.slots} + 2) * 8, 16);
   l.shared_bytes = l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * 4, 16);
-  l.hidden_offset = round_up(s.d * 2, 16);
+  l.arrivals_offset = 16 + round_up(int64_t{2} * s.heads * 8, 16);  // after the count, head_rows
+  l.q_offset = l.arrivals_offset + round_up(int64_t{2} * s.heads * 4, 16);
+  l.hidden_offset = l.q_offset + round_up(s.d * 2, 16);
   l.context_offset = l.hidden_offset + round_up(s.ffn * 2, 16);
   l.self_offset = l.context_offset + round_up(s.d * 2, 16);
   l.cross_offset = l.self_offset + round_up(int64_t{s.heads} * l.self_chunks * kPartial * 4, 16);
-  l.arrivals_offset =
-      l.cross_offset + round_up(int64_t{s.heads} * l.cross_chunks * kPartial * 4, 16);
-  l.scratch_bytes = l.arrivals_offset + round_up(int64_t{2} * s.heads * 4, 16);
+  l.scratch_bytes = l.cross_offset + round_up(int64_t{s.heads} * l.cross_chunks * kPartial * 4, 16);
   return l;
 }
 
@@ -223,11 +259,10 @@ __device__ __forceinline__ bool cross_item(const Params& p, CrossItem& item) {
 }
 
 // The copies of a phase into its buffer are bulk copies by the tensor memory accelerator, issued
-// by the last warp and counted by the buffer's mbarrier. Not cp.async: a CTA's ~100 KB of those
-// in flight held up every later load of its SM and every memory fence (the grid's barrier's
-// among them) until they had landed, which put the stream of weights back on the critical path.
+// by the last warp (copy_step), which does nothing else. Not cp.async: those are issued by the
+// threads that wait for them, and a CTA's ~100 KB of them in flight held up every later load of
+// its SM and every memory fence until they had landed.
 constexpr int kCopyWarp = kWarps - 1;
-constexpr uint32_t kMaxCopy = 32 * 1024;  // bytes a bulk copy of contiguous memory takes at most
 
 // A phase's product: W [rows, depth], its bias (null: none), and the norm before it (null γ:
 // none).
@@ -267,76 +302,129 @@ __device__ __forceinline__ bool product_of(const Params& p, const StepLayer& w, 
   }
 }
 
-// Whether phase `phase` has copies to wait for: every phase but the self-attention's (the copy
-// warp arms the buffer's mbarrier for each, with the bytes it copies, which may be none).
-__device__ __forceinline__ bool copies(const Params& p, int phase) {
-  return phase / kPhases < p.n_layers && phase % kPhases != 1;
-}
-
-// Issues phase `phase`'s copies into its buffer (the copy warp only): the mbarrier expects their
-// bytes, then the lanes share the copies. The cross-attention's keys and values of the CTA's
-// item are two boxes of the window's tensor map (rows of 64 values a frame apart).
+// A product's runs of memory to copy: this CTA's rows of W, their bias from the row at or before
+// the first that is a multiple of 8 (the copies move 16-byte pieces), and with a norm its γ and
+// β; `to` is each run's place in the buffer. (Fixed-size arrays indexed by constants after
+// unrolling: registers, not local memory.)
+struct Runs {
+  const unsigned char* from[4];
+  int64_t to[4], bytes[4];
+};
 template <class T>
-__device__ void prefetch(const Params& p, const CUtensorMap* cross_map, const StepLayer* layers,
-                         int phase, unsigned char* shared, uint64_t* full) {
-  if (threadIdx.x / 32 != kCopyWarp || !copies(p, phase)) return;
-  const int lane = threadIdx.x % 32;
-  const int layer = phase / kPhases;
-  unsigned char* buffer = shared + (phase % 2) * p.buffer_bytes;
-  uint64_t* barrier = full + phase % 2;
-  const StepLayer& w = layers[layer];
-  if (phase % kPhases == 4) {
-    CrossItem item;
-    if (!cross_item(p, item)) {
-      if (lane == 0) barrier_expect_bytes(barrier, 0);
-      return;
-    }
-    // A box is copied whole (zeros past the frames), so the barrier expects all its bytes.
-    const uint32_t box = p.cross_chunk_frames * kHeadDim * sizeof(T);
-    if (lane == 0) {
-      barrier_expect_bytes(barrier, 2 * box);
-      const int column =
-          static_cast<int>((layer * p.cross_layer_stride + item.head * kHeadDim) * sizeof(T));
-      tma_load(buffer, cross_map, barrier, column, item.first);
-      tma_load(buffer + box, cross_map, barrier, column + p.cross_values_column, item.first);
-    }
-    return;
-  }
-  // A product's runs of memory: this CTA's rows of W, their bias from the row at or before the
-  // first that is a multiple of 8 (the copies move 16-byte pieces), and with a norm its γ and β.
-  // (Fixed-size arrays indexed by constants after unrolling: registers, not local memory, and one
-  // loop of copies for every product, so that the kernel's code stays small.)
-  Product product;
-  product_of(p, w, phase, product);
+__device__ __forceinline__ void product_runs(const Params& p, const Product& product, Runs& runs) {
   const Rows r = rows_of(product.rows);
   const Share share =
       share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
   const int64_t bias_first = r.first & ~int64_t{7};
   const int64_t norm_bytes = p.d * sizeof(T);
-  const unsigned char* from[4] = {
-      static_cast<const unsigned char*>(product.w) + r.first * product.depth * sizeof(T),
-      product.bias != nullptr
-          ? static_cast<const unsigned char*>(product.bias) + bias_first * sizeof(T)
-          : nullptr,
-      static_cast<const unsigned char*>(product.gamma),
-      static_cast<const unsigned char*>(product.beta)};
-  const int64_t to[4] = {0, share.bias, share.norm, share.norm + round_up(norm_bytes, 16)};
-  const int64_t bytes[4] = {
-      (r.end - r.first) * product.depth * static_cast<int64_t>(sizeof(T)),
-      product.bias != nullptr ? (round_up(r.end, 8) - bias_first) * int64_t{sizeof(T)} : 0,
-      product.gamma != nullptr ? norm_bytes : 0, product.gamma != nullptr ? norm_bytes : 0};
-  if (lane == 0) {
-    barrier_expect_bytes(barrier, static_cast<uint32_t>(bytes[0] + bytes[1] + bytes[2] + bytes[3]));
+  runs = {{static_cast<const unsigned char*>(product.w) + r.first * product.depth * sizeof(T),
+           product.bias != nullptr
+               ? static_cast<const unsigned char*>(product.bias) + bias_first * sizeof(T)
+               : nullptr,
+           static_cast<const unsigned char*>(product.gamma),
+           static_cast<const unsigned char*>(product.beta)},
+          {0, share.bias, share.norm, share.norm + round_up(norm_bytes, 16)},
+          {(r.end - r.first) * product.depth * static_cast<int64_t>(sizeof(T)),
+           product.bias != nullptr ? (round_up(r.end, 8) - bias_first) * int64_t{sizeof(T)} : 0,
+           product.gamma != nullptr ? norm_bytes : 0, product.gamma != nullptr ? norm_bytes : 0}};
+}
+
+// The slices phase `phase` copies into its buffer (the copy warp issues them, the compute warps
+// wait for them): none for the self-attention, the boxes of the CTA's chunk of frames (keys and
+// values) for the cross-attention, the runs of a product in pieces of kSlice bytes.
+template <class T>
+__device__ int slices_of(const Params& p, const StepLayer* layers, int phase) {
+  const int kind = phase % kPhases;
+  if (phase / kPhases >= p.n_layers || kind == 1) return 0;
+  if (kind == 4) {
+    CrossItem item;
+    return cross_item(p, item) ? 2 * p.cross_boxes : 0;
   }
-  __syncwarp();
-  // Each run in pieces of at most kMaxCopy bytes, piece i to lane i % 32.
+  Product product;
+  product_of(p, layers[phase / kPhases], phase, product);
+  Runs runs;
+  product_runs<T>(p, product, runs);
+  int slices = 0;
 #pragma unroll
-  for (int run = 0; run < 4; ++run) {
-    for (int64_t at = lane * int64_t{kMaxCopy}; at < bytes[run]; at += 32 * int64_t{kMaxCopy}) {
-      const auto size = static_cast<uint32_t>(min(int64_t{kMaxCopy}, bytes[run] - at));
-      bulk_load(buffer + to[run] + at, from[run] + at, size, barrier);
+  for (int run = 0; run < 4; ++run) slices += static_cast<int>(ceil_div(runs.bytes[run], kSlice));
+  return slices;
+}
+
+// The copy warp's whole launch (its lane 0): every phase's slices in order, each into the
+// phase's buffer (phase p's into buffer p % 2) once the compute warps have freed it (after
+// phase p − 2), each slice counted by the next mbarrier of the ring `slots`. At most
+// p.slices_in_flight slices are in flight: the HBM queues every later load, fence and atomic of
+// the SMs behind the bytes already asked for, so that ~100 KB a CTA issued at once held up the
+// grid's next barrier by the 4-5 µs they took to land (bench/RESULTS.md, fortieth session).
+//
+// The ring cannot wrap onto a slice not yet waited for: it holds twice a phase's most slices, and
+// before phase p's first slice the compute warps have finished phase p − 2.
+template <class T>
+__device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const StepLayer* layers,
+                          unsigned char* shared, uint64_t* slots, uint64_t* free_buffers) {
+  if (threadIdx.x % 32 != 0) return;
+  const auto ring = static_cast<uint32_t>(p.slots);
+  const auto in_flight = static_cast<uint32_t>(p.slices_in_flight);
+  uint32_t issued = 0;
+  // The mbarrier of the next slice, armed for its bytes, once the slice `in_flight` before it
+  // has landed.
+  const auto next_slot = [&](uint32_t bytes) {
+    if (issued >= in_flight) {
+      const uint32_t landed = issued - in_flight;
+      barrier_wait(&slots[landed % ring], (landed / ring) & 1);
+    }
+    uint64_t* slot = &slots[issued % ring];
+    barrier_expect_bytes(slot, bytes);
+    ++issued;
+    return slot;
+  };
+  const int phases = p.n_layers * kPhases;
+  for (int phase = 0; phase < phases; ++phase) {
+    // A phase without slices is not waited for: the compute warps may then be past it already.
+    if (slices_of<T>(p, layers, phase) == 0) continue;
+    if (phase >= 2) barrier_wait(&free_buffers[phase % 2], ((phase - 2) / 2) & 1);
+    unsigned char* buffer = shared + (phase % 2) * p.buffer_bytes;
+    const int layer = phase / kPhases;
+    if (phase % kPhases == 4) {
+      // Boxes of kBoxRows frames of the window's tensor map (each copied whole: zeros past the
+      // frames), the keys' boxes, then the values'.
+      CrossItem item;
+      cross_item(p, item);
+      const int column =
+          static_cast<int>((layer * p.cross_layer_stride + item.head * kHeadDim) * sizeof(T));
+      for (int box = 0; box < 2 * p.cross_boxes; ++box) {
+        const bool values = box >= p.cross_boxes;
+        const int row = item.first + (box - (values ? p.cross_boxes : 0)) * kBoxRows;
+        tma_load(buffer + box * kSlice, cross_map, next_slot(kSlice),
+                 column + (values ? p.cross_values_column : 0), row);
+      }
+      continue;
+    }
+    Product product;
+    product_of(p, layers[layer], phase, product);
+    Runs runs;
+    product_runs<T>(p, product, runs);
+#pragma unroll
+    for (int run = 0; run < 4; ++run) {
+      for (int64_t at = 0; at < runs.bytes[run]; at += kSlice) {
+        const auto bytes = static_cast<uint32_t>(min(kSlice, runs.bytes[run] - at));
+        bulk_load(buffer + runs.to[run] + at, runs.from[run] + at, bytes, next_slot(bytes));
+      }
     }
   }
+}
+
+// The compute warps' synchronisation: a named barrier without the copy warp, which runs its own
+// loop (copy_step).
+__device__ __forceinline__ void compute_sync() {
+  named_barrier(1, kComputeThreads);
+}
+
+__device__ __forceinline__ float compute_sum(float value, float* scratch) {
+  return block_reduce<false>(value, scratch, kComputeWarps, compute_sync);
+}
+__device__ __forceinline__ float compute_max(float value, float* scratch) {
+  return block_reduce<true>(value, scratch, kComputeWarps, compute_sync);
 }
 
 // vector [d] := layer_norm(x) with γ, β (the phase's buffer holds them; F32 statistics, two
@@ -353,18 +441,18 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buf
   float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxNormPacks; ++i) {
-    const int64_t pack = threadIdx.x + i * kThreads;
+    const int64_t pack = threadIdx.x + i * kComputeThreads;
     uint4 raw = make_uint4(0, 0, 0, 0);
     if (pack < packs) raw = __ldcg(x + pack);
     unpack8<T>(raw, values[i]);
 #pragma unroll
     for (int j = 0; j < kPack; ++j) sum += values[i][j];
   }
-  const float mean = block_sum(sum, scratch) / static_cast<float>(p.d);
+  const float mean = compute_sum(sum, scratch) / static_cast<float>(p.d);
   float squares = 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxNormPacks; ++i) {
-    if (threadIdx.x + i * kThreads < packs) {
+    if (threadIdx.x + i * kComputeThreads < packs) {
 #pragma unroll
       for (int j = 0; j < kPack; ++j) {
         const float centred = values[i][j] - mean;
@@ -372,10 +460,10 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buf
       }
     }
   }
-  const float scale = 1.0f / sqrtf(block_sum(squares, scratch) / static_cast<float>(p.d) + eps);
+  const float scale = 1.0f / sqrtf(compute_sum(squares, scratch) / static_cast<float>(p.d) + eps);
 #pragma unroll
   for (int i = 0; i < kMaxNormPacks; ++i) {
-    const int64_t pack = threadIdx.x + i * kThreads;
+    const int64_t pack = threadIdx.x + i * kComputeThreads;
     if (pack >= packs) continue;
     float g[kPack], b[kPack], out[kPack];
     unpack8<T>(gamma[pack], g);
@@ -394,7 +482,7 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buf
 template <class T>
 __device__ void load_into(const void* from, int64_t width, T* vector) {
   const auto* source = static_cast<const uint4*>(from);
-  for (int64_t pack = threadIdx.x; pack < width / kPack; pack += kThreads) {
+  for (int64_t pack = threadIdx.x; pack < width / kPack; pack += kComputeThreads) {
     *reinterpret_cast<uint4*>(vector + pack * kPack) = __ldcg(source + pack);
   }
 }
@@ -411,7 +499,7 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   const int group = lane / 8, part = lane % 8;  // 4 keys a warp at once, 8 lanes a key
   float query[kPack];
   unpack8<T>(__ldcg(static_cast<const uint4*>(q) + part), query);
-  for (int first = warp * 4; first < count; first += kWarps * 4) {
+  for (int first = warp * 4; first < count; first += kComputeWarps * 4) {
     const int key = first + group;
     const bool real = key < count;
     uint4 raw = make_uint4(0, 0, 0, 0);
@@ -429,20 +517,20 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
     s += __shfl_xor_sync(kFullWarp, s, 4);
     if (real && part == 0) scores[key] = s * scale;
   }
-  __syncthreads();
+  compute_sync();
   float maximum = -INFINITY;
-  for (int i = threadIdx.x; i < count; i += kThreads) maximum = fmaxf(maximum, scores[i]);
-  maximum = block_max(maximum, scratch);
+  for (int i = threadIdx.x; i < count; i += kComputeThreads) maximum = fmaxf(maximum, scores[i]);
+  maximum = compute_max(maximum, scratch);
   float total = 0.0f;
-  for (int i = threadIdx.x; i < count; i += kThreads) {
+  for (int i = threadIdx.x; i < count; i += kComputeThreads) {
     const float weight = __expf(scores[i] - maximum);
     scores[i] = weight;
     total += weight;
   }
-  total = block_sum(total, scratch);  // its barriers publish the weights too
-  // Values: each warp every 8th key, each lane two of the 64 values.
+  total = compute_sum(total, scratch);  // its barriers publish the weights too
+  // Values: each warp every kComputeWarps-th key, each lane two of the 64 values.
   float low = 0.0f, high = 0.0f;
-  for (int key = warp; key < count; key += kWarps) {
+  for (int key = warp; key < count; key += kComputeWarps) {
     const auto* at = reinterpret_cast<const uint32_t*>(values + key * stride) + lane;
     const float2 v = unpack_pair<T>(kGlobal ? __ldcg(at) : *at);
     const float weight = scores[key];
@@ -450,12 +538,12 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
     high = fmaf(weight, v.y, high);
   }
   *reinterpret_cast<float2*>(reduce + warp * kHeadDim + 2 * lane) = make_float2(low, high);
-  __syncthreads();
-  // Warp 0 writes the partial and fences it (the copy warp never fences: see kCopyWarp).
+  compute_sync();
+  // Warp 0 writes the partial and fences it.
   if (warp == 0) {
     float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
+    for (int w = 0; w < kComputeWarps; ++w) {
       const float2 part = *reinterpret_cast<const float2*>(reduce + w * kHeadDim + 2 * lane);
       sum.x += part.x;
       sum.y += part.y;
@@ -468,7 +556,7 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
     }
     __threadfence();
   }
-  __syncthreads();
+  compute_sync();
 }
 
 // After a CTA wrote one of a head's `chunks` partial softmaxes (partials: the head's first):
@@ -483,19 +571,18 @@ __device__ __noinline__ void arrive(const float* partials, int chunks, int* arri
     if (is_last) *arrivals = 0;
     *last = is_last;
   }
-  __syncthreads();
+  compute_sync();
   const bool merge = *last != 0;
-  __syncthreads();  // `last` may be written again by the next arrival
+  compute_sync();  // `last` may be written again by the next arrival
   if (!merge) return;
   __threadfence();
   if (threadIdx.x < kHeadDim) {
-    float maximum = -INFINITY;
-    for (int c = 0; c < chunks; ++c) maximum = fmaxf(maximum, __ldcg(partials + c * kPartial));
-    const float reference = exp_reference(maximum);
-    float sum = 0.0f, weights = 0.0f;
+    // One pass: each round of partials raises the running maximum and rescales the sums to it.
+    float maximum = -INFINITY, weights = 0.0f, sum[1] = {0.0f};
     constexpr int kUnroll = 8;  // loads in flight together
     for (int first = 0; first < chunks; first += kUnroll) {
       float m[kUnroll], l[kUnroll], a[kUnroll];
+      float round_max = -INFINITY;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const float* part = partials + (first + u) * kPartial;
@@ -503,17 +590,20 @@ __device__ __noinline__ void arrive(const float* partials, int chunks, int* arri
         m[u] = real ? __ldcg(part) : -INFINITY;
         l[u] = real ? __ldcg(part + 1) : 0.0f;
         a[u] = real ? __ldcg(part + 2 + threadIdx.x) : 0.0f;
+        round_max = fmaxf(round_max, m[u]);
       }
+      const float reference = raise_maximum(maximum, weights, sum, round_max,
+                                            [](float value) { return __expf(value); });
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const float weight = __expf(m[u] - reference);
         weights = fmaf(weight, l[u], weights);
-        sum = fmaf(weight, a[u], sum);
+        sum[0] = fmaf(weight, a[u], sum[0]);
       }
     }
     // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
     // gives it.
-    context[threadIdx.x] = from_float<T>(weights > 0.0f ? sum / weights : 0.0f);
+    context[threadIdx.x] = from_float<T>(weights > 0.0f ? sum[0] / weights : 0.0f);
   }
 }
 
@@ -528,7 +618,7 @@ __device__ __noinline__ void product_sums(const unsigned char* w, Rows r, int64_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int packs = static_cast<int>(depth / kPack);
   const auto* x = reinterpret_cast<const uint4*>(vector);
-  for (int64_t row = r.first + warp; row < r.end; row += kWarps) {
+  for (int64_t row = r.first + warp; row < r.end; row += kComputeWarps) {
     const auto* w_row = reinterpret_cast<const uint4*>(w + (row - r.first) * depth * sizeof(T));
     float sum = 0.0f;
 #pragma unroll 4
@@ -544,6 +634,40 @@ struct Step {
   int length, cross_length;
 };
 
+// The rows of each head, for the attentions that wait for them (Params::head_rows).
+constexpr int kSelfRows = 3 * kHeadDim;  // a head's query, key and value rows
+constexpr int kCrossRows = kHeadDim;
+
+// After a CTA wrote rows [first, end) of a product whose rows are `parts` blocks of d (q, k, v;
+// or q alone), each of heads of 64: adds to counts[h] the rows of head h it wrote, with release
+// semantics (thread 0, after the block's barrier: the CTA's writes are ordered before).
+__device__ void signal_rows(unsigned long long* counts, Rows r, int64_t d, int parts) {
+  compute_sync();
+  if (threadIdx.x != 0) return;
+  for (int part = 0; part < parts; ++part) {
+    const int64_t first = max(r.first, part * d) - part * d;
+    const int64_t end = min(r.end, (part + 1) * d) - part * d;
+    for (int64_t row = first; row < end;) {
+      const int64_t head_end = min(end, (row / kHeadDim + 1) * kHeadDim);
+      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(counts + row / kHeadDim),
+                   "l"(static_cast<unsigned long long>(head_end - row))
+                   : "memory");
+      row = head_end;
+    }
+  }
+}
+
+// Waits until counts[head] reaches `target` (thread 0 spins with acquiring loads; then the block).
+__device__ void wait_rows(const unsigned long long* count, unsigned long long target) {
+  if (threadIdx.x == 0) {
+    unsigned long long seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
+    } while (seen < target);
+  }
+  compute_sync();
+}
+
 __device__ __forceinline__ unsigned long long global_time() {
   unsigned long long t;
   asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
@@ -552,11 +676,12 @@ __device__ __forceinline__ unsigned long long global_time() {
 
 // Phase `phase` (its layer's phase phase % kPhases; the layout at the top of the file). Every
 // product takes one path (its input vector, its sums, then its epilogue by the phase), so that
-// the kernel's code stays small.
-template <class T>
+// the kernel's code stays small. vector_ready() marks the time of the input vector (for
+// HARK_CUDA_STEP_TIMING).
+template <class T, class Mark>
 __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w, int phase,
                           const unsigned char* buffer, T* vector, float* own, float* scores,
-                          float* reduce, float* scratch, float* sums, unsigned long long* mark) {
+                          float* reduce, float* scratch, float* sums, Mark vector_ready) {
   const int layer = phase / kPhases, kind = phase % kPhases;
   T* x = static_cast<T*>(p.x);
   T* q = static_cast<T*>(p.q);
@@ -574,12 +699,12 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     } else {
       load_into<T>(kind == 7 ? hidden : context, product.depth, vector);
     }
-    __syncthreads();
-    if (mark) *mark = global_time();
+    compute_sync();
+    vector_ready();
     const Rows r = rows_of(product.rows);
     product_sums<T>(buffer, r, product.depth, vector, sums);
-    __syncthreads();
-    for (int64_t row = r.first + threadIdx.x; row < r.end; row += kThreads) {
+    compute_sync();
+    for (int64_t row = r.first + threadIdx.x; row < r.end; row += kComputeThreads) {
       const float value = sums[row - r.first] + bias_of<T>(buffer, share, product.bias, r, row);
       if (kind == 0) {  // q, and this token's k and v into the caches
         T* target = row < d       ? q + row
@@ -596,12 +721,16 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
         x[row] = sum;
       }
     }
+    if (kind == 0 || kind == 3) {
+      signal_rows(p.head_rows + (kind == 0 ? 0 : p.heads), r, d, kind == 0 ? 3 : 1);
+    }
     return;
   }
   if (kind == 1) {
     const int chunks = static_cast<int>(ceil_div(step.length, kSelfChunk));
     if (chunks == 0) {  // a sequence that is done: its context is zeros
-      for (int i = blockIdx.x * kThreads + threadIdx.x; i < d; i += gridDim.x * kThreads) {
+      for (int i = blockIdx.x * kComputeThreads + threadIdx.x; i < d;
+           i += gridDim.x * kComputeThreads) {
         context[i] = from_float<T>(0.0f);
       }
       return;
@@ -611,11 +740,12 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       if (chunk >= chunks) continue;
       const int first = chunk * kSelfChunk;
       const int64_t at = int64_t{first} * d + head * kHeadDim;
+      wait_rows(p.head_rows + head, (layer + 1ull) * kSelfRows);
       float* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
       attend<T, true>(keys + at, values + at, d, min(kSelfChunk, step.length - first),
                       q + head * kHeadDim, p.scale, scores, reduce, scratch,
                       head_partials + chunk * kPartial);
-      if (mark) *mark = global_time();
+      vector_ready();
       arrive<T>(head_partials, chunks, p.arrivals + head, context + head * kHeadDim, scratch);
     }
     return;
@@ -623,14 +753,42 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   CrossItem item;  // kind 4
   if (!cross_item(p, item)) return;
   const int count = max(0, min(item.count, step.cross_length - item.first));
+  wait_rows(p.head_rows + p.heads + item.head, (layer + 1ull) * kCrossRows);
   const T* keys_here = reinterpret_cast<const T*>(buffer);
   float* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
-  attend<T, false>(keys_here, keys_here + int64_t{p.cross_chunk_frames} * kHeadDim, kHeadDim, count,
-                   q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
+  attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
+                   count, q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
                    head_partials + item.chunk * kPartial);
-  if (mark) *mark = global_time();
+  vector_ready();
   arrive<T>(head_partials, p.cross_chunks, p.arrivals + p.heads + item.head,
             context + item.head * kHeadDim, scratch);
+}
+
+// The grid-wide barrier: thread 0 of each CTA adds 1 to a 64-bit count with release semantics
+// and waits, by acquiring loads, until the count reaches `target`, which grows by the CTAs at
+// each barrier. (Cooperative groups' grid barrier, as fast where measured, takes every thread of
+// the block, and the copy warp does not take part.) The count only grows, by the CTAs ×
+// the barriers of a launch, and starts at 0 (the scratch is zeroed when allocated): at the start
+// of a launch it is a multiple of the CTAs plus the arrivals of CTAs that reached the first
+// barrier already (fewer than the CTAs), so that rounding down gives every CTA the same base.
+__device__ __forceinline__ unsigned long long barrier_base(const unsigned long long* count) {
+  unsigned long long seen;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
+  return seen - seen % gridDim.x;
+}
+
+__device__ __forceinline__ void grid_barrier(unsigned long long* count,
+                                             unsigned long long& target) {
+  compute_sync();
+  if (threadIdx.x == 0) {
+    target += gridDim.x;
+    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(count) : "memory");
+    unsigned long long seen;
+    do {
+      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
+    } while (seen < target);
+  }
+  compute_sync();
 }
 
 template <class T>
@@ -638,8 +796,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     decoder_step_kernel(const __grid_constant__ Params p,
                         const __grid_constant__ CUtensorMap cross_map) {
   extern __shared__ __align__(128) unsigned char shared[];
-  // A buffer's copies have landed (an mbarrier each).
-  auto* full = reinterpret_cast<uint64_t*>(shared + p.barriers_offset);
+  // The slices' ring of mbarriers (each counts one slice's bytes landing), then the two buffers'
+  // (the compute warps are done with the buffer).
+  auto* slots = reinterpret_cast<uint64_t*>(shared + p.barriers_offset);
+  uint64_t* free_buffers = slots + p.slots;
   auto* layers = reinterpret_cast<StepLayer*>(shared + p.layers_offset);
   T* vector = reinterpret_cast<T*>(shared + p.vector_offset);
   float* own = reinterpret_cast<float*>(shared + p.own_offset);
@@ -647,7 +807,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* reduce = reinterpret_cast<float*>(shared + p.reduce_offset);
   float* scratch = reinterpret_cast<float*>(shared + p.scratch_offset);
   float* sums = reinterpret_cast<float*>(shared + p.sums_offset);
-  cg::grid_group grid = cg::this_grid();
   // The layers' pointers, the CTA's rows of x and the step's position and lengths, once.
   const int layer_words = p.n_layers * static_cast<int>(sizeof(StepLayer) / 4);
   for (int i = threadIdx.x; i < layer_words; i += kThreads) {
@@ -657,31 +816,47 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t row = own_rows.first + threadIdx.x; row < own_rows.end; row += kThreads) {
     own[row - own_rows.first] = to_float(static_cast<const T*>(p.x)[row]);
   }
-  const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0]};
   if (threadIdx.x == 0) {
-    barrier_init(&full[0], 1);
-    barrier_init(&full[1], 1);
+    for (int slot = 0; slot < p.slots + 2; ++slot) barrier_init(&slots[slot], 1);
     barrier_init_fence();
   }
   __syncthreads();
+  if (threadIdx.x / 32 == kCopyWarp) {
+    copy_step<T>(p, &cross_map, layers, shared, slots, free_buffers);
+    return;
+  }
+
+  const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0]};
   const int phases = p.n_layers * kPhases;
-  prefetch<T>(p, &cross_map, layers, 0, shared, full);
-  prefetch<T>(p, &cross_map, layers, 1, shared, full);
-  uint32_t parity[2] = {0, 0};
+  unsigned long long barrier_target = threadIdx.x == 0 ? barrier_base(p.barrier_count) : 0;
+  uint32_t waited = 0;  // slices
   const bool timed = p.timings != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
+  unsigned long long* done = p.timings != nullptr && threadIdx.x == 0
+                                 ? p.timings + 4 * p.n_layers * kPhases + blockIdx.x
+                                 : nullptr;
   for (int phase = 0; phase < phases; ++phase) {
-    const int b = phase % 2;
-    if (copies(p, phase)) {
-      barrier_wait(&full[b], parity[b]);
-      parity[b] ^= 1;
+    const int b = phase % 2, kind = phase % kPhases;
+    const int slices = slices_of<T>(p, layers, phase);
+    for (int i = 0; i < slices; ++i, ++waited) {
+      barrier_wait(&slots[waited % p.slots], (waited / p.slots) & 1);
     }
     if (timed) p.timings[4 * phase] = global_time();
+    // Every CTA is past its last attention: the counts of rows start the next launch at 0.
+    if (phase + 1 == phases && blockIdx.x == 0) {
+      for (int i = threadIdx.x; i < 2 * p.heads; i += kComputeThreads) p.head_rows[i] = 0;
+    }
+    // (HARK_CUDA_STEP_TIMING) The input vector is made; in an attention, the first partial.
+    const auto vector_ready = [&] {
+      if (timed) p.timings[4 * phase + 1] = global_time();
+    };
     run_phase<T>(p, step, layers[phase / kPhases], phase, shared + b * p.buffer_bytes, vector, own,
-                 scores, reduce, scratch, sums, timed ? p.timings + 4 * phase + 1 : nullptr);
-    __syncthreads();  // the buffer is free
+                 scores, reduce, scratch, sums, vector_ready);
+    compute_sync();
+    if (threadIdx.x == 0) barrier_arrive(&free_buffers[b]);
     if (timed) p.timings[4 * phase + 2] = global_time();
-    prefetch<T>(p, &cross_map, layers, phase + 2, shared, full);
-    if (phase + 1 < phases) grid.sync();
+    if (done) done[phase * gridDim.x] = global_time();
+    // The attentions wait for their heads' rows (head_rows), not for the whole grid.
+    if (phase + 1 < phases && kind != 0 && kind != 3) grid_barrier(p.barrier_count, barrier_target);
     if (timed) p.timings[4 * phase + 3] = global_time();
   }
 }
@@ -724,26 +899,41 @@ bool shape_runs(Element e, const StepShape& s) {
 
 // HARK_CUDA_STEP_TIMING's table: for each of a layer's phases, CTA 0's time (µs, summed over
 // the layers) waiting for its copies, making its input vector, doing the rest of its work, and
-// at the grid's barrier (waiting for the slowest CTA).
-void print_timings(const unsigned long long* timings, int phases, cudaStream_t stream) {
-  std::vector<unsigned long long> t(4 * static_cast<size_t>(phases));
+// at the grid's barrier; the barrier's time split into waiting for the slowest CTA (its work
+// done after CTA 0's) and the barrier's own latency after that, and the CTA most often slowest.
+void print_timings(const unsigned long long* timings, int phases, int ctas, cudaStream_t stream) {
+  std::vector<unsigned long long> t((4 + static_cast<size_t>(ctas)) * phases);
   download(timings, sizeof(unsigned long long) * t.size(), t.data(), stream);
   check(cudaStreamSynchronize(stream), "decoder_step timings");
   double copies[kPhases] = {}, vector[kPhases] = {}, rest[kPhases] = {}, barrier[kPhases] = {};
+  double slowest[kPhases] = {}, latency[kPhases] = {};
+  std::vector<std::vector<int>> slowest_counts(kPhases, std::vector<int>(ctas, 0));
   for (int phase = 0; phase < phases; ++phase) {
     const unsigned long long* at = t.data() + 4 * phase;
+    const unsigned long long* done = t.data() + 4 * static_cast<size_t>(phases) + phase * ctas;
     const unsigned long long ready = at[1] > at[0] ? at[1] : at[0];  // no vector: no mark
     const int k = phase % kPhases;
+    int last = 0;
+    for (int c = 1; c < ctas; ++c) last = done[c] > done[last] ? c : last;
+    ++slowest_counts[k][last];
     if (phase > 0) copies[k] += (at[0] - at[-1]) * 1e-3;
     vector[k] += (ready - at[0]) * 1e-3;
     rest[k] += (at[2] - ready) * 1e-3;
     barrier[k] += (at[3] - at[2]) * 1e-3;
+    slowest[k] += (static_cast<double>(done[last]) - static_cast<double>(at[2])) * 1e-3;
+    latency[k] += (static_cast<double>(at[3]) - static_cast<double>(done[last])) * 1e-3;
   }
   std::fprintf(stderr, "decoder_step, CTA 0, us over %d layers: %.1f in all\n", phases / kPhases,
                (t[4 * static_cast<size_t>(phases) - 2] - t[0]) * 1e-3);
   for (int k = 0; k < kPhases; ++k) {
-    std::fprintf(stderr, "  phase %d: copies %.1f, vector %.1f, rest %.1f, barrier %.1f\n", k,
-                 copies[k], vector[k], rest[k], barrier[k]);
+    const auto& counts = slowest_counts[k];
+    const int most =
+        static_cast<int>(std::max_element(counts.begin(), counts.end()) - counts.begin());
+    std::fprintf(stderr,
+                 "  phase %d: copies %.1f, vector %.1f, rest %.1f, barrier %.1f (slowest CTA "
+                 "%.1f later, then %.1f; CTA %d slowest %d times)\n",
+                 k, copies[k], vector[k], rest[k], barrier[k], slowest[k], latency[k], most,
+                 counts[most]);
   }
 }
 
@@ -752,8 +942,7 @@ void print_timings(const unsigned long long* timings, int phases, cudaStream_t s
 bool decoder_step_runs(Element e, const StepShape& shape) {
   if (!shape_runs(e, shape) || !present() || !cooperative_launches()) return false;
   const Layout l = layout_of(shape, multiprocessor_count());
-  // A chunk of frames is one box of a tensor map: at most 256 rows.
-  if (shape.heads > l.ctas || l.cross_chunk_frames > 256) return false;
+  if (shape.heads > l.ctas) return false;
   return e == Element::f16 ? fits<__half>(l.shared_bytes) : fits<bf16>(l.shared_bytes);
 }
 
@@ -781,12 +970,24 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.ffn = s.ffn;
   p.scale = step.scale;
   p.x = step.x;
-  p.q = scratch;
+  p.q = scratch + l.q_offset;
   p.hidden = scratch + l.hidden_offset;
   p.context = scratch + l.context_offset;
   p.self_partials = reinterpret_cast<float*>(scratch + l.self_offset);
   p.cross_partials = reinterpret_cast<float*>(scratch + l.cross_offset);
   p.arrivals = reinterpret_cast<int*>(scratch + l.arrivals_offset);
+  p.barrier_count = reinterpret_cast<unsigned long long*>(scratch);
+  p.head_rows = reinterpret_cast<unsigned long long*>(scratch + 16);
+  p.slots = l.slots;
+  p.cross_boxes = l.cross_boxes;
+  // The kilobytes a CTA's copy warp keeps in flight: 16 (large-v3 on an H100 stepped in 1.478 ms
+  // with 16, 1.559 with 32; bench/RESULTS.md, fortieth session), or HARK_CUDA_STEP_IN_FLIGHT's.
+  static const int in_flight_kb = [] {
+    const char* value = std::getenv("HARK_CUDA_STEP_IN_FLIGHT");
+    return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : 16;
+  }();
+  p.slices_in_flight =
+      static_cast<int>(std::clamp<int64_t>(int64_t{in_flight_kb} * 1024 / kSlice, 1, l.slots / 2));
   p.keys = step.keys;
   p.values = step.values;
   p.cache_layer_stride = step.cache_layer_stride;
@@ -831,7 +1032,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   const bool timed =
       std::getenv("HARK_CUDA_STEP_TIMING") != nullptr && capturing == cudaStreamCaptureStatusNone;
   const int phases = s.layers * kPhases;
-  const size_t timing_bytes = sizeof(unsigned long long) * 4 * phases;
+  const size_t timing_bytes = sizeof(unsigned long long) * (4 + l.ctas) * phases;
   if (timed) {
     static size_t allocated = 0;
     if (allocated < timing_bytes) {
@@ -848,11 +1049,11 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.cross_values_column = static_cast<int>((static_cast<const unsigned char*>(step.cross_values) -
                                             static_cast<const unsigned char*>(step.cross_keys)));
   const CUtensorMap cross_map =
-      byte_matrix_map(step.cross_keys, s.frames, step.cross_row_stride * element,
-                      l.cross_chunk_frames, static_cast<int>(kHeadDim * element));
+      byte_matrix_map(step.cross_keys, s.frames, step.cross_row_stride * element, kBoxRows,
+                      static_cast<int>(kHeadDim * element));
   check(cudaLaunchKernelEx(&config, kernel, p, cross_map), "decoder_step launch");
   check_launch("decoder_step");
-  if (timed) print_timings(timings, phases, stream);
+  if (timed) print_timings(timings, phases, l.ctas, stream);
 }
 
 }  // namespace hark::compute::cuda

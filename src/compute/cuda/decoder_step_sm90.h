@@ -4,16 +4,16 @@
 // One token at a time, a step is bound by reading the weights once: large-v3's 32 layers take
 // 1.6 GB, 0.48 ms at an H100's 3.35 TB/s. As a chain of one launch per product and attention
 // (7 a layer), the step takes 1.46 ms on an H200 (bench/RESULTS.md): each launch fills the GPU
-// with loads, drains, and waits for the one before it. Here one CTA an SM runs the whole step.
-// Its phases (8 a layer) are separated by grid-wide barriers, and each CTA copies its share of
-// the weights (and of the cross-attention's keys and values, which do not change during
-// decoding either) two phases ahead into shared memory, so that the stream of weights runs on
-// through the barriers.
+// with loads, drains, and waits for the one before it. Here one CTA an SM runs the whole step:
+// its phases (8 a layer) wait for each other by grid-wide barriers or per-head counts, and a
+// copy warp in each CTA streams its share of the weights (and of the cross-attention's keys and
+// values, which do not change during decoding either) into shared memory, a phase or two ahead,
+// with few bytes in flight at a time.
 //
-// Not yet faster: on an H100 it took 3.5 ms a large-v3 step against the launches' 1.6 (its
-// barriers cost 1.1 µs each, and its code, 194 KB then, missed the instruction cache; it is 78 KB
-// now, not yet measured; bench/RESULTS.md, thirty-ninth session). The Whisper decoder takes it
-// only with HARK_CUDA_STEP_KERNEL=1.
+// On an H100 it takes 1.478 ms a large-v3 step against the launches' 1.583 (and 1.511 over INT8
+// K/V), and 0.265 ms a turbo step against 0.261 (with 32 KB in flight, not 16; bench/RESULTS.md,
+// fortieth session). The Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1: it has not
+// yet run the whole GPU suite as the default.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -83,9 +83,8 @@ struct DecoderStep {
 };
 
 // Whether decoder_step runs such a step on this GPU: an H100/H200, 16-bit elements, heads of 64
-// values, d up to 4096 and ffn multiples of 8, every head's frames split among the CTAs in chunks
-// of at most 256 (heads no more than the SMs), and each CTA's largest share of a phase twice in
-// its shared memory. Every Whisper size fits an H100.
+// values, d up to 3584 and ffn multiples of 8, no more heads than SMs, and each CTA's largest
+// share of a phase twice in its shared memory. Every Whisper size fits an H100.
 bool decoder_step_runs(Element e, const StepShape& shape);
 size_t decoder_step_scratch_bytes(const StepShape& shape);
 

@@ -392,21 +392,25 @@ __device__ __forceinline__ float warp_max(float value) {
   return value;
 }
 
-// The sum (or, with kMaximum, the maximum) over a block whose size is a multiple of 32, returned
-// to every thread. `scratch` holds a float a warp (32 at most); the closing barrier lets the next
-// call reuse it.
-template <bool kMaximum>
-__device__ __forceinline__ float block_reduce(float value, float* scratch) {
+// The sum (or, with kMaximum, the maximum) over the first `warps` warps of a block, returned to
+// each of their threads; `sync` synchronises those warps. `scratch` holds a float a warp (32 at
+// most); the closing barrier lets the next call reuse it.
+template <bool kMaximum, class Sync>
+__device__ __forceinline__ float block_reduce(float value, float* scratch, int warps, Sync sync) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   value = kMaximum ? warp_max(value) : warp_sum(value);
   if (lane == 0) scratch[warp] = value;
-  __syncthreads();
-  const int warps = blockDim.x / 32;
+  sync();
   const float none = kMaximum ? -INFINITY : 0.0f;
   float total = lane < warps ? scratch[lane] : none;
   total = kMaximum ? warp_max(total) : warp_sum(total);
-  __syncthreads();
+  sync();
   return total;
+}
+// The same over the whole block, whose size is a multiple of 32.
+template <bool kMaximum>
+__device__ __forceinline__ float block_reduce(float value, float* scratch) {
+  return block_reduce<kMaximum>(value, scratch, blockDim.x / 32, [] { __syncthreads(); });
 }
 __device__ __forceinline__ float block_sum(float value, float* scratch) {
   return block_reduce<false>(value, scratch);

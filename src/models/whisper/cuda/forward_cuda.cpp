@@ -644,9 +644,10 @@ gpu::StepShape step_shape(const Config& config, const KvCaches& caches) {
 
 // Whether a step runs as one persistent launch (gpu::decoder_step): only with
 // HARK_CUDA_STEP_KERNEL=1 (read at each call), for one sequence over K/V stored natively, 16-bit
-// weights that are not Q8_0, and a shape the kernel takes on this GPU. Not the default: it is
-// slower than the launch-per-op step so far (large-v3 on an H100: 3.5 against 1.6 ms;
-// bench/RESULTS.md, thirty-ninth session).
+// weights that are not Q8_0, and a shape the kernel takes on this GPU. Not yet the default:
+// large-v3 on an H100 steps in 1.478 ms with it against 1.583 without, turbo in 0.265 against
+// 0.261 (bench/RESULTS.md, fortieth session), and it has not run the whole GPU suite as the
+// default.
 bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& caches,
                       const CrossKv& cross, gpu::Element e, int batch) {
   return batch == 1 && cross.storage == CrossKvStorage::native && w.step_layers.bytes() > 0 &&
@@ -663,7 +664,8 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   gpu::DecoderStep step;
   step.e = e;
   step.shape = step_shape(config, caches);
-  // The kernel's counts of arrivals start at zero, and each launch leaves them so.
+  // The kernel's counts (its grid barrier's, the heads' rows and arrivals) start at zero; each
+  // launch leaves them so, or the barrier's at a multiple of the CTAs.
   const size_t scratch_bytes = gpu::decoder_step_scratch_bytes(step.shape);
   if (s.step.bytes() < scratch_bytes) {
     s.step.reserve(scratch_bytes);
