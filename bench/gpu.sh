@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks and measures, in one call (figures and commands: bench/RESULTS.md):
 #   bench/gpu.sh OUT_DIR [BUILD_DIR] [STAGE...]
-# STAGE: tests (GPU unit and parity tests), large (large-v3 parity against transformers fp16/fp32),
+# STAGE: tests (GPU unit and parity tests), step-kernel-suite (the same with the one-launch
+# batch-1 step on, HARK_CUDA_STEP_KERNEL=1), large (large-v3 parity against transformers fp16/fp32),
 # bench (hark bench on large-v3 / turbo, f16 and q8_0), transformers (the same workload with
 # transformers, for the ratios), parakeet (hark bench and bench/transformers_parakeet.py on
 # parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16, and hark bench --products), parakeet-oracle (tools/oracle/parakeet.py:
@@ -57,6 +58,17 @@ if has tests; then
     --gtest_filter='*Cuda*:*Parity*cuda*' > "$out/tests.log" 2>&1
   echo "exit $?" >> "$summary"
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$out/tests.log" | tail -40 >> "$summary"
+fi
+
+if has step-kernel-suite; then
+  # The GPU tests with the one-launch batch-1 step taken wherever it runs (HARK_CUDA_STEP_KERNEL=1:
+  # every batch-1 decode over native K/V), as it would be as the default.
+  echo "== GPU tests, the one-launch step on" | tee -a "$summary"
+  HARK_CUDA_STEP_KERNEL=1 timeout 400 "$build/tests/hark_tests" \
+    --gtest_filter='*Cuda*:*Parity*cuda*' > "$out/step-kernel-suite.log" 2>&1
+  echo "exit $?" >> "$summary"
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$out/step-kernel-suite.log" \
+    | tail -40 >> "$summary"
 fi
 
 if has large; then
@@ -180,7 +192,8 @@ if has experiments; then
   # storage HARK_EXP_CROSS_KV names (a variant's settings come after it and win); int8-auto takes
   # INT8 frames from 60 windows and INT8 K/V below; step-kernel runs batch 1 as one persistent
   # launch (decoder_step_sm90.h; over native K/V, so against "native"), with CTA 0's time by
-  # phase in its log.
+  # phase in its log; step-kernel-8 and -32 keep 8 or 32 KB of its copies in flight a CTA (16 by
+  # default).
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
@@ -199,6 +212,8 @@ if has experiments; then
     "int8-auto|f16|HARK_CUDA_CROSS_KV=int8-auto"
     "native|f16|HARK_CUDA_CROSS_KV=native"
     "step-kernel|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_TIMING=1"
+    "step-kernel-8|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=8"
+    "step-kernel-32|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=32"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
