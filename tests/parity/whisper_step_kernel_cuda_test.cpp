@@ -13,6 +13,7 @@
 #include "compute/cuda/cuda.h"
 #include "compute/cuda/decoder_step_sm90.h"
 #include "format/gguf.h"
+#include "models/whisper/cuda/forward.h"
 #include "models/whisper/model.h"
 #include "models/whisper/search.h"
 #include "models/whisper/synthetic.h"
@@ -45,16 +46,10 @@ TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
   config.encoder_layers = 1;
   config.decoder_layers = c.decoder_layers;
 
-  compute::cuda::StepShape shape;
-  shape.d = config.d_model;
-  shape.ffn = config.decoder_ffn;
-  shape.heads = config.decoder_heads;
-  shape.layers = config.decoder_layers;
-  shape.frames = config.max_source_positions;
-  shape.capacity = config.max_target_positions;
   const auto element =
       c.type == DType::BF16 ? compute::cuda::Element::bf16 : compute::cuda::Element::f16;
-  if (!compute::cuda::decoder_step_runs(element, shape)) {
+  if (!compute::cuda::decoder_step_runs(element,
+                                        cuda::step_shape(config, config.max_target_positions))) {
     GTEST_SKIP() << "the one-launch step does not run on " << compute::cuda::describe();
   }
 

@@ -38,6 +38,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -101,10 +102,11 @@ struct Params {
   int64_t cache_layer_stride;
   const int32_t* positions;
   const int32_t* lengths;
-  const void* cross_keys;
-  const void* cross_values;
-  int64_t cross_layer_stride, cross_row_stride;
-  int cross_values_column;  // bytes from a key's column of the cross map to its value's
+  // The cross-attention's keys and values come through the tensor map (the kernel's argument):
+  // a layer's keys `cross_layer_stride` elements from the previous layer's, its values
+  // cross_values_column bytes from its keys.
+  int64_t cross_layer_stride;
+  int cross_values_column;
   const int32_t* cross_lengths;
   int frames, cross_chunks, cross_chunk_frames, self_chunks;
   int64_t buffer_bytes;  // each of the two buffers, at the start of shared memory
@@ -438,29 +440,16 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buf
   const int64_t packs = p.d / kPack;
   const auto* x = static_cast<const uint4*>(p.x);
   float values[kMaxNormPacks][kPack];
-  float sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < kMaxNormPacks; ++i) {
     const int64_t pack = threadIdx.x + i * kComputeThreads;
     uint4 raw = make_uint4(0, 0, 0, 0);
     if (pack < packs) raw = __ldcg(x + pack);
     unpack8<T>(raw, values[i]);
-#pragma unroll
-    for (int j = 0; j < kPack; ++j) sum += values[i][j];
   }
-  const float mean = compute_sum(sum, scratch) / static_cast<float>(p.d);
-  float squares = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kMaxNormPacks; ++i) {
-    if (threadIdx.x + i * kComputeThreads < packs) {
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) {
-        const float centred = values[i][j] - mean;
-        squares = fmaf(centred, centred, squares);
-      }
-    }
-  }
-  const float scale = 1.0f / sqrtf(compute_sum(squares, scratch) / static_cast<float>(p.d) + eps);
+  const RowStatistics row = row_statistics(
+      values, [&](int i) { return threadIdx.x + i * kComputeThreads < packs; },
+      static_cast<float>(p.d), eps, [&](float value) { return compute_sum(value, scratch); });
 #pragma unroll
   for (int i = 0; i < kMaxNormPacks; ++i) {
     const int64_t pack = threadIdx.x + i * kComputeThreads;
@@ -469,7 +458,7 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buf
     unpack8<T>(gamma[pack], g);
     unpack8<T>(beta[pack], b);
 #pragma unroll
-    for (int j = 0; j < kPack; ++j) out[j] = (values[i][j] - mean) * scale * g[j] + b[j];
+    for (int j = 0; j < kPack; ++j) out[j] = (values[i][j] - row.mean) * row.inverse * g[j] + b[j];
     uint32_t words[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) words[j] = pack_pair<T>(out[2 * j], out[2 * j + 1]);
@@ -878,11 +867,19 @@ bool fits(int64_t shared_bytes) {
   }();
   (void)raised;
   if (shared_bytes > shared_per_block()) return false;
+  // A step asks twice (whether it runs, then the launch): the most shared memory found to fit
+  // answers at once for as much or less.
+  static std::atomic<int64_t> known_to_fit{0};
+  if (shared_bytes <= known_to_fit.load()) return true;
   int blocks = 0;
   check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, decoder_step_kernel<T>, kThreads,
                                                       static_cast<size_t>(shared_bytes)),
         "decoder_step occupancy");
-  return blocks >= 1;
+  if (blocks < 1) return false;
+  int64_t known = known_to_fit.load();
+  while (known < shared_bytes && !known_to_fit.compare_exchange_weak(known, shared_bytes)) {
+  }
+  return true;
 }
 
 bool cooperative_launches() {
@@ -993,10 +990,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.cache_layer_stride = step.cache_layer_stride;
   p.positions = step.positions;
   p.lengths = step.lengths;
-  p.cross_keys = step.cross_keys;
-  p.cross_values = step.cross_values;
   p.cross_layer_stride = step.cross_layer_stride;
-  p.cross_row_stride = step.cross_row_stride;
   p.cross_lengths = step.cross_lengths;
   p.frames = s.frames;
   p.cross_chunks = l.cross_chunks;

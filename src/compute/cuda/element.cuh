@@ -419,6 +419,37 @@ __device__ __forceinline__ float block_max(float value, float* scratch) {
   return block_reduce<true>(value, scratch);
 }
 
+// A layer norm's statistics of a row of `width` values that a group of threads holds in
+// registers, kPacks packs of kValues each a thread: pack i is this thread's where held(i), zeros
+// elsewhere; `sum` adds a float over the group. F32, in two passes over the registers (the mean,
+// then the squares about it), as every layer norm here computes them.
+struct RowStatistics {
+  float mean, inverse;  // inverse: 1 / √(variance + eps)
+};
+template <int kPacks, int kValues, class Held, class Sum>
+__device__ __forceinline__ RowStatistics row_statistics(const float (&values)[kPacks][kValues],
+                                                        Held held, float width, float eps,
+                                                        Sum sum) {
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPacks; ++i) {
+#pragma unroll
+    for (int j = 0; j < kValues; ++j) total += values[i][j];
+  }
+  const float mean = sum(total) / width;
+  float squares = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kPacks; ++i) {
+    if (!held(i)) continue;
+#pragma unroll
+    for (int j = 0; j < kValues; ++j) {
+      const float centred = values[i][j] - mean;
+      squares = fmaf(centred, centred, squares);
+    }
+  }
+  return {mean, 1.0f / sqrtf(sum(squares) / width + eps)};
+}
+
 // A barrier for `threads` threads (whole warps) on barrier `id` (1…15; 0 is __syncthreads).
 __device__ __forceinline__ void named_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");

@@ -782,29 +782,16 @@ __device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, 
 
   // The row's statistics in F32, as decode_linear's staging computes them.
   float x[kQueryPacksPerThread][kP];
-  float sum = 0.0f;
 #pragma unroll
   for (int j = 0; j < kQueryPacksPerThread; ++j) {
     const int pack = threadIdx.x + j * kDecodeThreads;
 #pragma unroll
     for (int i = 0; i < kP; ++i) x[j][i] = 0.0f;
     if (pack < packs) to_floats(load_chunk<true, kP>(qp.x + int64_t{row} * qp.d + pack * kP), x[j]);
-#pragma unroll
-    for (int i = 0; i < kP; ++i) sum += x[j][i];
   }
-  const float mean = block_sum(sum, scratch) / static_cast<float>(qp.d);
-  float squares = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kQueryPacksPerThread; ++j) {
-    if (threadIdx.x + j * kDecodeThreads >= packs) continue;
-#pragma unroll
-    for (int i = 0; i < kP; ++i) {
-      const float centred = x[j][i] - mean;
-      squares = fmaf(centred, centred, squares);
-    }
-  }
-  const float variance = block_sum(squares, scratch) / static_cast<float>(qp.d);
-  const float inverse = 1.0f / sqrtf(variance + qp.eps);
+  const RowStatistics statistics = row_statistics(
+      x, [&](int j) { return threadIdx.x + j * kDecodeThreads < packs; }, static_cast<float>(qp.d),
+      qp.eps, [&](float value) { return block_sum(value, scratch); });
 #pragma unroll
   for (int j = 0; j < kQueryPacksPerThread; ++j) {
     const int pack = threadIdx.x + j * kDecodeThreads;
@@ -814,7 +801,8 @@ __device__ void compute_query(const QueryProduct<T>& qp, const QueryWeights& w, 
     to_floats(load_chunk<true, kP>(qp.beta + pack * kP), betas);
 #pragma unroll
     for (int i = 0; i < kP; ++i) {
-      staged[pack * kP + i] = from_float<T>((x[j][i] - mean) * inverse * gammas[i] + betas[i]);
+      staged[pack * kP + i] =
+          from_float<T>((x[j][i] - statistics.mean) * statistics.inverse * gammas[i] + betas[i]);
     }
   }
   __syncthreads();

@@ -87,7 +87,6 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32)
        row < rows; row += static_cast<int64_t>(gridDim.x) * kWarpRowsPerBlock) {
     const T* in = x + row * cols;
     float values[kPacks][kPack];
-    float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kPacks; ++i) {
       const int64_t pack = lane + 32 * i;
@@ -97,22 +96,10 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32)
 #pragma unroll
         for (int j = 0; j < kPack; ++j) values[i][j] = 0.0f;
       }
-#pragma unroll
-      for (int j = 0; j < kPack; ++j) sum += values[i][j];
     }
-    const float mean = warp_sum(sum) / static_cast<float>(cols);
-    float squares = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kPacks; ++i) {
-      if (lane + 32 * i < packs) {
-#pragma unroll
-        for (int j = 0; j < kPack; ++j) {
-          const float centred = values[i][j] - mean;
-          squares = fmaf(centred, centred, squares);
-        }
-      }
-    }
-    const float scale = 1.0f / sqrtf(warp_sum(squares) / static_cast<float>(cols) + eps);
+    const RowStatistics statistics = row_statistics(
+        values, [&](int i) { return lane + 32 * i < packs; }, static_cast<float>(cols), eps,
+        [](float value) { return warp_sum(value); });
     T* out = y + row * cols;
 #pragma unroll
     for (int i = 0; i < kPacks; ++i) {
@@ -122,7 +109,9 @@ __global__ void __launch_bounds__(kWarpRowsPerBlock * 32)
       load_pack(gamma + pack * kPack, g);
       load_pack(beta + pack * kPack, b);
 #pragma unroll
-      for (int j = 0; j < kPack; ++j) values[i][j] = (values[i][j] - mean) * scale * g[j] + b[j];
+      for (int j = 0; j < kPack; ++j) {
+        values[i][j] = (values[i][j] - statistics.mean) * statistics.inverse * g[j] + b[j];
+      }
       store_pack(values[i], out + pack * kPack);
     }
   }

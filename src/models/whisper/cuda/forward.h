@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 
+#include "compute/cuda/decoder_step_sm90.h"
 #include "compute/cuda/graph.h"
 #include "compute/cuda/kernels.h"
 #include "models/whisper/cuda/weights.h"
@@ -192,6 +193,10 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
 void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
                  int batch, const int32_t* ids, const int32_t* positions, const int32_t* lengths,
                  const int32_t* cross_lengths, CrossKv cross, DecoderBuffers& scratch);
+
+// The shape of the one-launch step (gpu::decoder_step, which a step of one sequence over native
+// K/V takes with HARK_CUDA_STEP_KERNEL=1) for caches of `capacity` positions.
+gpu::StepShape step_shape(const Config& config, int capacity);
 
 // to[i] = from[rows[i]], rows of `row_bytes`, on the device.
 void gather_rows(const void* from, std::span<const int64_t> rows, size_t row_bytes, void* to,

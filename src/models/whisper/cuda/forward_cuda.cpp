@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "base/error.h"
-#include "compute/cuda/decoder_step_sm90.h"
 #include "compute/cuda/frame_attention_sm90.h"
 
 namespace hark::whisper::cuda {
@@ -631,17 +630,6 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
   }
 }
 
-gpu::StepShape step_shape(const Config& config, const KvCaches& caches) {
-  gpu::StepShape shape;
-  shape.d = config.d_model;
-  shape.ffn = config.decoder_ffn;
-  shape.heads = config.decoder_heads;
-  shape.layers = config.decoder_layers;
-  shape.frames = config.max_source_positions;
-  shape.capacity = caches.capacity();
-  return shape;
-}
-
 // Whether a step runs as one persistent launch (gpu::decoder_step): only with
 // HARK_CUDA_STEP_KERNEL=1 (read at each call), for one sequence over K/V stored natively, 16-bit
 // weights that are not Q8_0, and a shape the kernel takes on this GPU. Not yet the default:
@@ -652,7 +640,7 @@ bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& ca
                       const CrossKv& cross, gpu::Element e, int batch) {
   return batch == 1 && cross.storage == CrossKvStorage::native && w.step_layers.bytes() > 0 &&
          gpu::environment_is("HARK_CUDA_STEP_KERNEL", "1") &&
-         gpu::decoder_step_runs(e, step_shape(config, caches));
+         gpu::decoder_step_runs(e, step_shape(config, caches.capacity()));
 }
 
 void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
@@ -663,7 +651,7 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   pass.mark("decoder layers");
   gpu::DecoderStep step;
   step.e = e;
-  step.shape = step_shape(config, caches);
+  step.shape = step_shape(config, caches.capacity());
   // The kernel's counts (its grid barrier's, the heads' rows and arrivals) start at zero; each
   // launch leaves them so, or the barrier's at a multiple of the CTAs.
   const size_t scratch_bytes = gpu::decoder_step_scratch_bytes(step.shape);
@@ -689,6 +677,17 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
 }
 
 }  // namespace
+
+gpu::StepShape step_shape(const Config& config, int capacity) {
+  gpu::StepShape shape;
+  shape.d = config.d_model;
+  shape.ffn = config.decoder_ffn;
+  shape.heads = config.decoder_heads;
+  shape.layers = config.decoder_layers;
+  shape.frames = config.max_source_positions;
+  shape.capacity = capacity;
+  return shape;
+}
 
 void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
                  int batch, const int32_t* ids, const int32_t* positions, const int32_t* lengths,
