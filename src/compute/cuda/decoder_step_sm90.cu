@@ -1,5 +1,5 @@
 // decoder_step (decoder_step_sm90.h): a single sequence's decode step in one persistent launch.
-// Opt-in (bench/RESULTS.md, thirty-ninth and fortieth sessions).
+// Opt-in (bench/RESULTS.md, thirty-ninth to forty-first sessions).
 //
 // One CTA an SM, kThreads threads: kComputeWarps warps compute, the last one copies. A layer is
 // eight phases:
@@ -13,20 +13,22 @@
 //   7  x += hidden · W_2ᵀ + b
 // A product splits its output rows evenly among the CTAs: each CTA's rows of W are one
 // contiguous range of memory. Every CTA computes the input vector itself (the norm of x, or
-// loads the context or the hidden vector), since each output row needs all of it, so a grid-wide
-// barrier ends every phase but 0 and 3; an attention waits only for its head's rows of q (and k,
-// v), counted per head. The last CTA of a head to write its partial softmax (a count of arrivals
-// per head) merges the head's partials into the context.
+// loads the context or the hidden vector), since each output row needs all of it. No grid-wide
+// barrier separates the phases: x, the context and the hidden vector go as tagged vectors (each
+// value with a tag naming the phase that wrote it; a reader loads until the tags are right), and
+// an attention waits only for its head's rows of q (and k, v), counted per head. Its CTAs write
+// their partial softmaxes tagged too, and the CTA of the head's first chunk merges them into the
+// context.
 //
 // What a phase reads that no phase writes (the weights, biases, γ and β; the cross-attention's
-// keys and values) is copied by the copy warp into one of two buffers of shared memory, phase
-// p's into buffer p % 2, once phase p − 2 has finished with that buffer, in slices of 8 KB with
-// only a few in flight at once (copy_step says why). A product's share then comes from shared
-// memory.
+// keys and values) is copied by the copy warp into a ring that takes most of shared memory, each
+// phase's into a region of its own after the previous phase's, as soon as the compute warps have
+// freed the bytes (however many phases ahead), in slices of 8 KB with only a few in flight at
+// once (copy_step says why). A product's share then comes from shared memory.
 //
-// What the CTAs hand each other (x, q, the hidden vector, the context, the caches' new row, the
-// partial softmaxes) goes through L2: written by plain stores, read by ld.global.cg after the
-// barrier, so that no stale line of an SM's L1 is read. Each CTA keeps its own rows of x (the
+// What the CTAs hand each other (the tagged vectors, q, the caches' new row, the partial
+// softmaxes) goes through L2, read by loads that bypass L1 (ld.global.cg, or relaxed at the GPU's
+// scope), so that no stale line of an SM's L1 is read. Each CTA keeps its own rows of x (the
 // residual) in shared memory.
 //
 // Rounding follows the launch-per-op step: the normalised vector, q, the attention's output,
@@ -59,7 +61,7 @@ namespace {
 using namespace hopper;
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarps = 8;
+constexpr int kWarps = 16;
 constexpr int kThreads = kWarps * 32;
 // The last warp copies (see kCopyWarp); the others compute, synchronising by a named barrier.
 constexpr int kComputeWarps = kWarps - 1;
@@ -69,7 +71,9 @@ constexpr int kPack = 8;                // 16-bit values in a 16-byte load
 constexpr int kPartial = 2 + kHeadDim;  // a partial softmax: max, sum, then Σ p · v
 constexpr int kSelfChunk = 64;          // positions a self-attention item takes
 constexpr int kPhases = 8;              // a layer's
-constexpr int kMaxNormPacks = 2;        // the norm's values a thread: d up to 3584
+constexpr int kMarks = 3;  // HARK_CUDA_STEP_TIMING's times of a phase (Params::timings)
+// The norm's values a thread: d up to 3584 (and a little more where the threads' packs cover more).
+constexpr int kMaxNormPacks = static_cast<int>(ceil_div(3584, kComputeThreads* kPack));
 constexpr int64_t kMaxNormWidth = kComputeThreads * kMaxNormPacks * kPack;
 // A phase's copies are slices of at most kSlice bytes, each counted by an mbarrier of its own
 // (a cross-attention slice: a box of kBoxRows frames), so that the copy warp can keep few bytes
@@ -82,15 +86,19 @@ struct Params {
   int n_layers, heads;
   int64_t d, ffn;
   float scale;
-  void* x;
+  void* x;  // the step's input, and its output after the last layer
   void* q;
-  void* hidden;
-  void* context;          // [d]: the attention's output, merged
-  float* self_partials;   // [heads, self_chunks, kPartial]
-  float* cross_partials;  // [heads, cross_chunks, kPartial]
-  int* arrivals;          // [2 · heads]: the chunks of each head done (self, then cross)
-  // The grid barrier's count of arrivals over every launch so far (see grid_barrier).
-  unsigned long long* barrier_count;
+  // What every CTA reads whole goes as tagged vectors (see Tagged): x after each residual, the
+  // attention's output merged (the context), the hidden vector of the feed-forward.
+  uint32_t* tagged_x;        // [d]
+  uint32_t* tagged_context;  // [d]
+  uint32_t* tagged_hidden;   // [ffn]
+  // The attentions' partial softmaxes, each float in a 64-bit word with its tag (load_partials).
+  uint64_t* self_partials;   // [heads, self_chunks, kPartial]
+  uint64_t* cross_partials;  // [heads, cross_chunks, kPartial]
+  // The launches so far: with the phase, it makes the tags (a 32-bit count that CTA 0 adds 1 to
+  // at the end of each launch).
+  unsigned* launches;
   // The attention of head h waits for the rows it reads rather than for the whole grid: the CTAs
   // of phases 0 and 3 add the rows of each head they wrote to head_rows [2 · heads] (the query,
   // key and value rows for the self-attention, then the query rows for the cross-attention),
@@ -109,18 +117,19 @@ struct Params {
   int cross_values_column;
   const int32_t* cross_lengths;
   int frames, cross_chunks, cross_chunk_frames, self_chunks;
-  int64_t buffer_bytes;  // each of the two buffers, at the start of shared memory
+  uint32_t ring_bytes;  // the ring of the copies (copy_step), at the start of shared memory
   // Where the rest of shared memory lies: the layers' pointers, the input vector of a product,
   // the CTA's rows of x (F32), a chunk's scores, the value sums of its warps, a reduction's
   // scratch.
   int64_t layers_offset, vector_offset, own_offset, scores_offset, reduce_offset, scratch_offset,
       barriers_offset, sums_offset;
-  // With HARK_CUDA_STEP_TIMING: CTA 0's clock (globaltimer, ns) at four points of each phase
-  // [phases, 4] (its copies landed, its input vector ready, its work done, the grid's barrier
-  // passed), then each CTA's at the end of its work [phases, ctas]; null otherwise.
+  // With HARK_CUDA_STEP_TIMING: CTA 0's clock (globaltimer, ns) at three points of each phase
+  // [phases, kMarks] (its copies landed, its input vector ready, its work done), then each CTA's
+  // at the end of its work [phases, ctas]; null otherwise.
   unsigned long long* timings;
-  // The slices' mbarriers in shared memory (a ring of `slots`, at barriers_offset, then the two
-  // buffers' "free" mbarriers), and how many slices the copy warp keeps in flight at most.
+  // The slices' mbarriers in shared memory (a ring of `slots`, at barriers_offset, then the word
+  // through which the compute warps free the ring: see copy_step), and how many slices the copy
+  // warp keeps in flight at most.
   int slots, slices_in_flight;
   int cross_boxes;  // boxes of kBoxRows frames in a cross-attention chunk, keys and values each
 };
@@ -128,15 +137,14 @@ struct Params {
 // How a launch divides the work, from the shape and the number of CTAs (one an SM).
 struct Layout {
   int ctas = 0, cross_chunks = 0, cross_chunk_frames = 0, cross_boxes = 0, self_chunks = 0;
-  int slots = 0;  // the slices' mbarriers: twice the most slices a phase copies
-  int64_t buffer_bytes = 0, shared_bytes = 0, scratch_bytes = 0;
+  int slots = 0;  // the slices' mbarriers: more than the ring can hold at once
+  int64_t ring_bytes = 0, most_region = 0, shared_bytes = 0, scratch_bytes = 0;
   int64_t layers_offset = 0, vector_offset = 0, own_offset = 0, scores_offset = 0;
   int64_t reduce_offset = 0, scratch_offset = 0, barriers_offset = 0, sums_offset = 0;
   // The scratch: first what must keep its place while the caches' capacity (and with it the
-  // partials' size) changes, the barrier's count, the heads' counts of rows and of arrivals
-  // (which each launch leaves as it found them or as a multiple of the CTAs); then q, the hidden
-  // vector, the context, the partials.
-  int64_t arrivals_offset = 0, q_offset = 0, hidden_offset = 0, context_offset = 0;
+  // partials' size) changes, the count of launches, the heads' counts of rows (which each launch
+  // leaves at 0); then q, the tagged vectors, the partials.
+  int64_t q_offset = 0, x_offset = 0, context_offset = 0, hidden_offset = 0;
   int64_t self_offset = 0, cross_offset = 0;
 };
 
@@ -163,7 +171,20 @@ __host__ __device__ inline Share share_of(int64_t rows, int64_t depth, int64_t c
   return share;
 }
 
-Layout layout_of(const StepShape& s, int ctas) {
+// The bytes a phase's copies take of the ring, rounded up to 128 (a tensor copy's destination
+// must be 128-byte aligned).
+__host__ __device__ constexpr int64_t region_of(int64_t bytes) {
+  return round_up(bytes, 128);
+}
+
+// Where a region of `bytes` starts in the ring's running count of bytes: at `at`, or at the
+// ring's next turn where it would cross the end (a region is contiguous in shared memory).
+__host__ __device__ inline uint32_t place(uint32_t at, uint32_t bytes, uint32_t ring) {
+  return at % ring + bytes <= ring ? at : at + (ring - at % ring);
+}
+
+// `shared_limit`: the shared memory a block may take; what the rest leaves is the copies' ring.
+Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
   Layout l;
   l.ctas = ctas;
   l.cross_chunks = std::max(1, ctas / std::max(1, s.heads));
@@ -173,17 +194,22 @@ Layout layout_of(const StepShape& s, int ctas) {
   const Share shares[] = {
       share_of(3 * s.d, s.d, ctas, s.d, true), share_of(s.d, s.d, ctas, s.d, true),
       share_of(s.ffn, s.d, ctas, s.d, true), share_of(s.d, s.ffn, ctas, s.d, false)};
-  l.buffer_bytes = int64_t{2} * l.cross_boxes * kSlice;
-  int64_t most_slices = 2 * l.cross_boxes;
+  l.most_region = region_of(int64_t{2} * l.cross_boxes * kSlice);
+  int64_t least_region = l.most_region;
   for (const Share& share : shares) {
-    l.buffer_bytes = std::max(l.buffer_bytes, share.end);
-    // W's slices, and one each for the bias, γ and β (each at most kSlice bytes: d ≤ 3584)
-    most_slices = std::max(most_slices, ceil_div(share.most_bytes, kSlice) + 3);
+    l.most_region = std::max(l.most_region, region_of(share.end));
+    least_region = std::min(least_region, region_of(share.end));
   }
-  l.buffer_bytes = round_up(l.buffer_bytes, 16);
-  l.slots = static_cast<int>(2 * most_slices);
+  // The slices the ring may hold at once: its bytes in slices of kSlice, and for each of the
+  // regions that fit in it (at most shared_limit / least_region, and one more partly) the bias, γ
+  // and β and a last partial slice of W.
+  l.slots =
+      static_cast<int>(ceil_div(shared_limit, kSlice) + 4 * (shared_limit / least_region + 2));
+  // The rest of shared memory, at offsets from the ring's end: the layers' pointers, the product's
+  // input vector, the CTA's rows of x, the scores, the reductions' scratch, the mbarriers and the
+  // word that frees the ring, the product's sums.
   const int64_t scores = std::max(l.cross_chunk_frames, kSelfChunk);
-  l.layers_offset = 2 * l.buffer_bytes;
+  l.layers_offset = 0;
   l.vector_offset =
       l.layers_offset + round_up(int64_t{s.layers} * static_cast<int64_t>(sizeof(StepLayer)), 16);
   l.own_offset = l.vector_offset + round_up(std::max(s.d, s.ffn) * 2, 16);
@@ -191,15 +217,22 @@ Layout layout_of(const StepShape& s, int ctas) {
   l.reduce_offset = l.scores_offset + round_up(scores * 4, 16);
   l.scratch_offset = l.reduce_offset + kWarps * kHeadDim * 4;
   l.barriers_offset = l.scratch_offset + 64 * 4;
-  l.sums_offset = l.barriers_offset + round_up((int64_t{l.slots} + 2) * 8, 16);
-  l.shared_bytes = l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * 4, 16);
-  l.arrivals_offset = 16 + round_up(int64_t{2} * s.heads * 8, 16);  // after the count, head_rows
-  l.q_offset = l.arrivals_offset + round_up(int64_t{2} * s.heads * 4, 16);
-  l.hidden_offset = l.q_offset + round_up(s.d * 2, 16);
-  l.context_offset = l.hidden_offset + round_up(s.ffn * 2, 16);
-  l.self_offset = l.context_offset + round_up(s.d * 2, 16);
-  l.cross_offset = l.self_offset + round_up(int64_t{s.heads} * l.self_chunks * kPartial * 4, 16);
-  l.scratch_bytes = l.cross_offset + round_up(int64_t{s.heads} * l.cross_chunks * kPartial * 4, 16);
+  l.sums_offset = l.barriers_offset + round_up((int64_t{l.slots} + 1) * 8, 16);
+  const int64_t rest = l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * 4, 16);
+  l.ring_bytes = std::max<int64_t>(0, (shared_limit - rest) / 128 * 128);
+  for (int64_t* offset :
+       {&l.layers_offset, &l.vector_offset, &l.own_offset, &l.scores_offset, &l.reduce_offset,
+        &l.scratch_offset, &l.barriers_offset, &l.sums_offset}) {
+    *offset += l.ring_bytes;
+  }
+  l.shared_bytes = l.ring_bytes + rest;
+  l.q_offset = 16 + round_up(int64_t{2} * s.heads * 8, 16);  // after the count, head_rows
+  l.x_offset = l.q_offset + round_up(s.d * 2, 16);
+  l.context_offset = l.x_offset + round_up(s.d * 4, 16);
+  l.hidden_offset = l.context_offset + round_up(s.d * 4, 16);
+  l.self_offset = l.hidden_offset + round_up(s.ffn * 4, 16);
+  l.cross_offset = l.self_offset + int64_t{s.heads} * l.self_chunks * kPartial * 8;
+  l.scratch_bytes = l.cross_offset + int64_t{s.heads} * l.cross_chunks * kPartial * 8;
   return l;
 }
 
@@ -226,6 +259,88 @@ __device__ __forceinline__ float dot8(const uint4& a, const uint4& b, float sum)
     sum = fmaf(x.y, y.y, sum);
   }
   return sum;
+}
+
+__device__ __forceinline__ unsigned long long global_time() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+  return t;
+}
+
+// Between the tries of a wait: a short sleep, and after 2 s a trap, since only a bug (a count or
+// a tag never reached) waits that long, and a trap fails the launch where a hang would stop the
+// GPU. `since`: 0 before the first try.
+__device__ __forceinline__ void pause_waiting(unsigned long long& since) {
+  __nanosleep(32);
+  const unsigned long long now = global_time();
+  if (since == 0) {
+    since = now;
+  } else if (now - since > 2000000000ull) {
+    printf("decoder_step: CTA %d thread %d waited 2 s; giving up\n", blockIdx.x, threadIdx.x);
+    __trap();
+  }
+}
+
+// ---- Tagged vectors ---------------------------------------------------------------------------
+// What every CTA reads whole from all the others (x after a residual, the context, the hidden
+// vector) goes without a grid-wide barrier: each 16-bit value travels in a 32-bit word whose upper
+// half is a tag naming the phase (and launch) that wrote it. A 32-bit store and a load of it are
+// single-copy atomic, so a reader that finds the tag it expects has the value written with it; it
+// loads its words until every tag is right. A barrier takes the writes' acknowledgement (its
+// release), an atomic and acquiring loads before the vector's load; a tag takes the load alone.
+//
+// No vector is written again before every CTA has read it: each write follows, through the data
+// the phases hand on, from every CTA's read of the last one (run_phase). Two writes of a word in a
+// row carry different tags, and no tag is 0 (the scratch starts zeroed).
+__device__ __forceinline__ uint32_t tag_of(unsigned launch, int n_layers, int phase) {
+  const uint64_t count = uint64_t{launch} * static_cast<uint64_t>(n_layers * kPhases) + phase;
+  return static_cast<uint32_t>(count % 65535 + 1) << 16;
+}
+
+template <class T>
+__device__ __forceinline__ void store_tagged(uint32_t* word, float value, uint32_t tag) {
+  __stcg(word, pack_pair<T>(value, 0.0f) | tag);  // 0.0's bits are 0 in F16 and BF16
+}
+
+__device__ __forceinline__ uint4 load_relaxed(const uint32_t* at) {
+  uint4 v;
+  asm volatile("ld.relaxed.gpu.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(at)
+               : "memory");
+  return v;
+}
+
+// Values [8 · pack, 8 · pack + 8) of a tagged vector once they carry `tag`, as pairs.
+__device__ __forceinline__ uint4 load_tagged(const uint32_t* words, int64_t pack, uint32_t tag) {
+  const uint32_t* at = words + pack * kPack;
+  unsigned long long since = 0;
+  for (;;) {
+    const uint4 a = load_relaxed(at), b = load_relaxed(at + 4);
+    const uint32_t wrong = ((a.x ^ tag) | (a.y ^ tag) | (a.z ^ tag) | (a.w ^ tag) | (b.x ^ tag) |
+                            (b.y ^ tag) | (b.z ^ tag) | (b.w ^ tag)) >>
+                           16;
+    if (wrong == 0) {
+      return make_uint4((a.x & 0xffff) | (a.y << 16), (a.z & 0xffff) | (a.w << 16),
+                        (b.x & 0xffff) | (b.y << 16), (b.z & 0xffff) | (b.w << 16));
+    }
+    pause_waiting(since);
+  }
+}
+
+// A float of a partial softmax in a 64-bit word (also single-copy atomic) with the tag in the
+// upper half.
+__device__ __forceinline__ void store_partial(uint64_t* word, float value, uint32_t tag) {
+  __stcg(reinterpret_cast<unsigned long long*>(word),
+         (static_cast<unsigned long long>(tag) << 16) | __float_as_uint(value));
+}
+__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* at) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
+  return v;
+}
+__device__ __forceinline__ bool tagged_as(uint64_t word, uint32_t tag) {
+  return static_cast<uint32_t>(word >> 32) == tag >> 16;
 }
 
 // This CTA's output rows of a product of `rows` rows: [first, end).
@@ -352,20 +467,58 @@ __device__ int slices_of(const Params& p, const StepLayer* layers, int phase) {
   return slices;
 }
 
-// The copy warp's whole launch (its lane 0): every phase's slices in order, each into the
-// phase's buffer (phase p's into buffer p % 2) once the compute warps have freed it (after
-// phase p − 2), each slice counted by the next mbarrier of the ring `slots`. At most
-// p.slices_in_flight slices are in flight: the HBM queues every later load, fence and atomic of
-// the SMs behind the bytes already asked for, so that ~100 KB a CTA issued at once held up the
-// grid's next barrier by the 4-5 µs they took to land (bench/RESULTS.md, fortieth session).
+// The bytes phase `phase`'s copies take of the ring (0: it copies nothing).
+template <class T>
+__device__ uint32_t region_bytes(const Params& p, const StepLayer* layers, int phase) {
+  const int kind = phase % kPhases;
+  if (phase / kPhases >= p.n_layers || kind == 1) return 0;
+  if (kind == 4) {
+    CrossItem item;
+    return cross_item(p, item) ? static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice)) : 0;
+  }
+  Product product;
+  product_of(p, layers[phase / kPhases], phase, product);
+  const Share share =
+      share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
+  return static_cast<uint32_t>(region_of(share.end));
+}
+
+// The word through which the compute warps free the ring: the running count of bytes up to the
+// end of the last region they are done with.
+__device__ __forceinline__ void free_ring(uint32_t* freed, uint32_t end) {
+  asm volatile("st.release.cta.shared::cta.u32 [%0], %1;" ::"r"(shared_address(freed)), "r"(end)
+               : "memory");
+}
+__device__ __forceinline__ void wait_ring(const uint32_t* freed, uint32_t end) {
+  unsigned long long since = 0;
+  for (;;) {
+    uint32_t seen;
+    asm volatile("ld.acquire.cta.shared::cta.u32 %0, [%1];"
+                 : "=r"(seen)
+                 : "r"(shared_address(freed))
+                 : "memory");
+    if (seen >= end) return;
+    pause_waiting(since);
+  }
+}
+
+// The copy warp's whole launch (its lane 0): every phase's slices in order, each counted by the
+// next mbarrier of the ring `slots`, into the phase's region of the ring of shared memory. The
+// regions follow each other through the ring (place: each contiguous, so that a product's rows
+// are), and a phase's region is copied into as soon as the compute warps have freed the bytes it
+// takes, however many phases ahead of theirs. At most p.slices_in_flight slices are in flight: the
+// HBM queues every later load, fence and atomic of the SMs behind the bytes already asked for, so
+// that ~100 KB a CTA issued at once held up the grid's next barrier by the 4-5 µs they took to
+// land (bench/RESULTS.md, fortieth session).
 //
-// The ring cannot wrap onto a slice not yet waited for: it holds twice a phase's most slices, and
-// before phase p's first slice the compute warps have finished phase p − 2.
+// The mbarriers cannot wrap onto a slice not yet waited for: there are more of them than the
+// slices of the regions the ring holds at once (layout_of), and a region is freed only after its
+// phase, which waited for its slices.
 template <class T>
 __device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const StepLayer* layers,
-                          unsigned char* shared, uint64_t* slots, uint64_t* free_buffers) {
+                          unsigned char* shared, uint64_t* slots, const uint32_t* freed) {
   if (threadIdx.x % 32 != 0) return;
-  const auto ring = static_cast<uint32_t>(p.slots);
+  const auto count = static_cast<uint32_t>(p.slots);
   const auto in_flight = static_cast<uint32_t>(p.slices_in_flight);
   uint32_t issued = 0;
   // The mbarrier of the next slice, armed for its bytes, once the slice `in_flight` before it
@@ -373,19 +526,22 @@ __device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const S
   const auto next_slot = [&](uint32_t bytes) {
     if (issued >= in_flight) {
       const uint32_t landed = issued - in_flight;
-      barrier_wait(&slots[landed % ring], (landed / ring) & 1);
+      barrier_wait(&slots[landed % count], (landed / count) & 1);
     }
-    uint64_t* slot = &slots[issued % ring];
+    uint64_t* slot = &slots[issued % count];
     barrier_expect_bytes(slot, bytes);
     ++issued;
     return slot;
   };
   const int phases = p.n_layers * kPhases;
+  uint32_t placed = 0;  // the running count of the ring's bytes
   for (int phase = 0; phase < phases; ++phase) {
-    // A phase without slices is not waited for: the compute warps may then be past it already.
-    if (slices_of<T>(p, layers, phase) == 0) continue;
-    if (phase >= 2) barrier_wait(&free_buffers[phase % 2], ((phase - 2) / 2) & 1);
-    unsigned char* buffer = shared + (phase % 2) * p.buffer_bytes;
+    const uint32_t bytes = region_bytes<T>(p, layers, phase);
+    if (bytes == 0) continue;
+    const uint32_t start = place(placed, bytes, p.ring_bytes);
+    placed = start + bytes;
+    if (placed > p.ring_bytes) wait_ring(freed, placed - p.ring_bytes);
+    unsigned char* region = shared + start % p.ring_bytes;
     const int layer = phase / kPhases;
     if (phase % kPhases == 4) {
       // Boxes of kBoxRows frames of the window's tensor map (each copied whole: zeros past the
@@ -397,7 +553,7 @@ __device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const S
       for (int box = 0; box < 2 * p.cross_boxes; ++box) {
         const bool values = box >= p.cross_boxes;
         const int row = item.first + (box - (values ? p.cross_boxes : 0)) * kBoxRows;
-        tma_load(buffer + box * kSlice, cross_map, next_slot(kSlice),
+        tma_load(region + box * kSlice, cross_map, next_slot(kSlice),
                  column + (values ? p.cross_values_column : 0), row);
       }
       continue;
@@ -409,8 +565,8 @@ __device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const S
 #pragma unroll
     for (int run = 0; run < 4; ++run) {
       for (int64_t at = 0; at < runs.bytes[run]; at += kSlice) {
-        const auto bytes = static_cast<uint32_t>(min(kSlice, runs.bytes[run] - at));
-        bulk_load(buffer + runs.to[run] + at, runs.from[run] + at, bytes, next_slot(bytes));
+        const auto slice = static_cast<uint32_t>(min(kSlice, runs.bytes[run] - at));
+        bulk_load(region + runs.to[run] + at, runs.from[run] + at, slice, next_slot(slice));
       }
     }
   }
@@ -429,11 +585,13 @@ __device__ __forceinline__ float compute_max(float value, float* scratch) {
   return block_reduce<true>(value, scratch, kComputeWarps, compute_sync);
 }
 
-// vector [d] := layer_norm(x) with γ, β (the phase's buffer holds them; F32 statistics, two
+// vector [d] := layer_norm(x) with γ, β (the phase's region holds them; F32 statistics, two
 // passes over registers), rounded to T, as layer_norm and decode_linear's staging compute it.
+// x: the tagged x carrying `tag`, or with tag 0 the step's input.
 template <class T>
 __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buffer,
-                                       const Share& share, float eps, T* vector, float* scratch) {
+                                       const Share& share, float eps, uint32_t tag, T* vector,
+                                       float* scratch) {
   const auto* gamma = reinterpret_cast<const uint4*>(buffer + share.norm);
   const auto* beta =
       reinterpret_cast<const uint4*>(buffer + share.norm + round_up(p.d * sizeof(T), 16));
@@ -444,7 +602,7 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buf
   for (int i = 0; i < kMaxNormPacks; ++i) {
     const int64_t pack = threadIdx.x + i * kComputeThreads;
     uint4 raw = make_uint4(0, 0, 0, 0);
-    if (pack < packs) raw = __ldcg(x + pack);
+    if (pack < packs) raw = tag != 0 ? load_tagged(p.tagged_x, pack, tag) : __ldcg(x + pack);
     unpack8<T>(raw, values[i]);
   }
   const RowStatistics row = row_statistics(
@@ -467,23 +625,22 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* buf
   }
 }
 
-// vector [width] := a vector another phase wrote to global memory.
+// vector [width] := a tagged vector of the previous phase, once it carries `tag`.
 template <class T>
-__device__ void load_into(const void* from, int64_t width, T* vector) {
-  const auto* source = static_cast<const uint4*>(from);
+__device__ void load_into(const uint32_t* words, int64_t width, uint32_t tag, T* vector) {
   for (int64_t pack = threadIdx.x; pack < width / kPack; pack += kComputeThreads) {
-    *reinterpret_cast<uint4*>(vector + pack * kPack) = __ldcg(source + pack);
+    *reinterpret_cast<uint4*>(vector + pack * kPack) = load_tagged(words, pack, tag);
   }
 }
 
 // One chunk of a head's attention: `count` keys and values (rows `stride` apart, in shared or
 // global memory), the query q [64] from global memory; writes the partial softmax (the chunk's
-// maximum score, Σ e^(s − max), Σ e^(s − max) · v) to out. Ends with the block synchronised and
-// the partial visible to the other CTAs.
+// maximum score, Σ e^(s − max), Σ e^(s − max) · v) to out, tagged. Ends with the block
+// synchronised.
 template <class T, bool kGlobal>
 __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stride, int count,
                                     const void* q, float scale, float* scores, float* reduce,
-                                    float* scratch, float* out) {
+                                    float* scratch, uint64_t* out, uint32_t tag) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 8, part = lane % 8;  // 4 keys a warp at once, 8 lanes a key
   float query[kPack];
@@ -528,7 +685,7 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   }
   *reinterpret_cast<float2*>(reduce + warp * kHeadDim + 2 * lane) = make_float2(low, high);
   compute_sync();
-  // Warp 0 writes the partial and fences it.
+  // Warp 0 writes the partial.
   if (warp == 0) {
     float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll
@@ -537,63 +694,62 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
       sum.x += part.x;
       sum.y += part.y;
     }
-    out[2 + 2 * lane] = sum.x;
-    out[3 + 2 * lane] = sum.y;
+    store_partial(out + 2 + 2 * lane, sum.x, tag);
+    store_partial(out + 3 + 2 * lane, sum.y, tag);
     if (lane == 0) {
-      out[0] = maximum;
-      out[1] = total;
+      store_partial(out, maximum, tag);
+      store_partial(out + 1, total, tag);
     }
-    __threadfence();
   }
   compute_sync();
 }
 
-// After a CTA wrote one of a head's `chunks` partial softmaxes (partials: the head's first):
-// the last CTA to do so merges them into the head's 64 values of the context, rounded to T, and
-// resets the head's count of arrivals for the next use.
+// The head's `chunks` partial softmaxes (partials: the head's first), once they carry `tag`,
+// merged into the head's 64 values of the tagged context, rounded to T (threads 0-63, a value
+// each). The CTA of the head's first chunk merges (run_phase): only it waits for other CTAs'
+// partials, and the CTAs whose partials it waits for wait for no partial.
 template <class T>
-__device__ __noinline__ void arrive(const float* partials, int chunks, int* arrivals, T* context,
-                                    float* scratch) {
-  int* last = reinterpret_cast<int*>(scratch + 32);
-  if (threadIdx.x == 0) {
-    const bool is_last = atomicAdd(arrivals, 1) == chunks - 1;
-    if (is_last) *arrivals = 0;
-    *last = is_last;
-  }
-  compute_sync();
-  const bool merge = *last != 0;
-  compute_sync();  // `last` may be written again by the next arrival
-  if (!merge) return;
-  __threadfence();
-  if (threadIdx.x < kHeadDim) {
-    // One pass: each round of partials raises the running maximum and rescales the sums to it.
-    float maximum = -INFINITY, weights = 0.0f, sum[1] = {0.0f};
-    constexpr int kUnroll = 8;  // loads in flight together
-    for (int first = 0; first < chunks; first += kUnroll) {
-      float m[kUnroll], l[kUnroll], a[kUnroll];
-      float round_max = -INFINITY;
+__device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, uint32_t tag,
+                                        uint32_t* context) {
+  if (threadIdx.x >= kHeadDim) return;
+  // One pass: each round of partials raises the running maximum and rescales the sums to it.
+  float maximum = -INFINITY, weights = 0.0f, sum[1] = {0.0f};
+  constexpr int kUnroll = 8;  // loads in flight together
+  for (int first = 0; first < chunks; first += kUnroll) {
+    float m[kUnroll], l[kUnroll], a[kUnroll];
+    unsigned long long since = 0;
+    for (;;) {
+      bool ready = true;
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const float* part = partials + (first + u) * kPartial;
+        const uint64_t* part = partials + (first + u) * kPartial;
         const bool real = first + u < chunks;
-        m[u] = real ? __ldcg(part) : -INFINITY;
-        l[u] = real ? __ldcg(part + 1) : 0.0f;
-        a[u] = real ? __ldcg(part + 2 + threadIdx.x) : 0.0f;
-        round_max = fmaxf(round_max, m[u]);
+        const uint64_t words[3] = {real ? load_relaxed(part) : 0, real ? load_relaxed(part + 1) : 0,
+                                   real ? load_relaxed(part + 2 + threadIdx.x) : 0};
+        ready = ready && (!real || (tagged_as(words[0], tag) && tagged_as(words[1], tag) &&
+                                    tagged_as(words[2], tag)));
+        m[u] = real ? __uint_as_float(static_cast<uint32_t>(words[0])) : -INFINITY;
+        l[u] = real ? __uint_as_float(static_cast<uint32_t>(words[1])) : 0.0f;
+        a[u] = real ? __uint_as_float(static_cast<uint32_t>(words[2])) : 0.0f;
       }
-      const float reference = raise_maximum(maximum, weights, sum, round_max,
-                                            [](float value) { return __expf(value); });
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float weight = __expf(m[u] - reference);
-        weights = fmaf(weight, l[u], weights);
-        sum[0] = fmaf(weight, a[u], sum[0]);
-      }
+      if (ready) break;
+      pause_waiting(since);
     }
-    // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
-    // gives it.
-    context[threadIdx.x] = from_float<T>(weights > 0.0f ? sum[0] / weights : 0.0f);
+    float round_max = -INFINITY;
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) round_max = fmaxf(round_max, m[u]);
+    const float reference =
+        raise_maximum(maximum, weights, sum, round_max, [](float value) { return __expf(value); });
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const float weight = __expf(m[u] - reference);
+      weights = fmaf(weight, l[u], weights);
+      sum[0] = fmaf(weight, a[u], sum[0]);
+    }
   }
+  // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
+  // gives it.
+  store_tagged<T>(context + threadIdx.x, weights > 0.0f ? sum[0] / weights : 0.0f, tag);
 }
 
 // The sums of a product's rows [first, end) from shared memory (`w`, rows of `depth`) times the
@@ -609,18 +765,25 @@ __device__ __noinline__ void product_sums(const unsigned char* w, Rows r, int64_
   const auto* x = reinterpret_cast<const uint4*>(vector);
   for (int64_t row = r.first + warp; row < r.end; row += kComputeWarps) {
     const auto* w_row = reinterpret_cast<const uint4*>(w + (row - r.first) * depth * sizeof(T));
-    float sum = 0.0f;
-#pragma unroll 4
-    for (int pack = lane; pack < packs; pack += 32) sum = dot8<T>(w_row[pack], x[pack], sum);
-    sum = warp_sum(sum);
+    // Two sums, so that each lane's chain of dependent FMAs is half as long.
+    float even = 0.0f, odd = 0.0f;
+    int pack = lane;
+#pragma unroll 2
+    for (; pack + 32 < packs; pack += 64) {
+      even = dot8<T>(w_row[pack], x[pack], even);
+      odd = dot8<T>(w_row[pack + 32], x[pack + 32], odd);
+    }
+    if (pack < packs) even = dot8<T>(w_row[pack], x[pack], even);
+    const float sum = warp_sum(even + odd);
     if (lane == 0) sums[row - r.first] = sum;
   }
 }
 
-// What a launch reads once: the step's position and lengths.
+// What a launch reads once: the step's position and lengths, the count of launches before it.
 struct Step {
   int64_t position;
   int length, cross_length;
+  unsigned launch;
 };
 
 // The rows of each head, for the attentions that wait for them (Params::head_rows).
@@ -649,33 +812,39 @@ __device__ void signal_rows(unsigned long long* counts, Rows r, int64_t d, int p
 // Waits until counts[head] reaches `target` (thread 0 spins with acquiring loads; then the block).
 __device__ void wait_rows(const unsigned long long* count, unsigned long long target) {
   if (threadIdx.x == 0) {
-    unsigned long long seen;
-    do {
+    unsigned long long since = 0;
+    for (;;) {
+      unsigned long long seen;
       asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
-    } while (seen < target);
+      if (seen >= target) break;
+      pause_waiting(since);
+    }
   }
   compute_sync();
-}
-
-__device__ __forceinline__ unsigned long long global_time() {
-  unsigned long long t;
-  asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-  return t;
 }
 
 // Phase `phase` (its layer's phase phase % kPhases; the layout at the top of the file). Every
 // product takes one path (its input vector, its sums, then its epilogue by the phase), so that
 // the kernel's code stays small. vector_ready() marks the time of the input vector (for
 // HARK_CUDA_STEP_TIMING).
+//
+// A phase reads the tagged vector the phase before it wrote (tagged with that phase), and no
+// phase writes a vector that some CTA may not have read yet: x, read by phases 0, 3 and 6, is
+// written next by phases 2, 5 and 7, each of which takes the whole context or hidden vector, and
+// with it every CTA's work of the phases between (every CTA has rows of q, k and v, and of the
+// hidden vector); likewise the context (read by 2 and 5, written by 4 and the next layer's 1),
+// the hidden vector (read by 7, written by the next layer's 6) and the partial softmaxes (read
+// within their phase, written again a layer later).
 template <class T, class Mark>
 __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w, int phase,
                           const unsigned char* buffer, T* vector, float* own, float* scores,
                           float* reduce, float* scratch, float* sums, Mark vector_ready) {
   const int layer = phase / kPhases, kind = phase % kPhases;
-  T* x = static_cast<T*>(p.x);
+  // The tag this phase writes, and the one it reads (the previous phase's; the first reads the
+  // step's input).
+  const uint32_t tag = tag_of(step.launch, p.n_layers, phase);
+  const uint32_t read_tag = phase > 0 ? tag_of(step.launch, p.n_layers, phase - 1) : 0;
   T* q = static_cast<T*>(p.q);
-  T* hidden = static_cast<T*>(p.hidden);
-  T* context = static_cast<T*>(p.context);
   T* keys = static_cast<T*>(p.keys) + layer * p.cache_layer_stride;
   T* values = static_cast<T*>(p.values) + layer * p.cache_layer_stride;
   const int64_t d = p.d;
@@ -684,9 +853,9 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     const Share share =
         share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
     if (product.gamma != nullptr) {
-      norm_into<T>(p, buffer, share, product.eps, vector, scratch);
+      norm_into<T>(p, buffer, share, product.eps, read_tag, vector, scratch);
     } else {
-      load_into<T>(kind == 7 ? hidden : context, product.depth, vector);
+      load_into<T>(kind == 7 ? p.tagged_hidden : p.tagged_context, product.depth, read_tag, vector);
     }
     compute_sync();
     vector_ready();
@@ -703,11 +872,15 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       } else if (kind == 3) {
         q[row] = from_float<T>(value);
       } else if (kind == 6) {
-        hidden[row] = from_float<T>(gelu_value(value));
+        store_tagged<T>(p.tagged_hidden + row, gelu_value(value), tag);
       } else {  // the residual: the CTA's rows of x stay in `own`
         const T sum = from_float<T>(value + own[row - r.first]);
         own[row - r.first] = to_float(sum);
-        x[row] = sum;
+        if (phase + 1 < p.n_layers * kPhases) {
+          store_tagged<T>(p.tagged_x + row, to_float(sum), tag);
+        } else {  // the step's output
+          static_cast<T*>(p.x)[row] = sum;
+        }
       }
     }
     if (kind == 0 || kind == 3) {
@@ -720,7 +893,7 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     if (chunks == 0) {  // a sequence that is done: its context is zeros
       for (int i = blockIdx.x * kComputeThreads + threadIdx.x; i < d;
            i += gridDim.x * kComputeThreads) {
-        context[i] = from_float<T>(0.0f);
+        store_tagged<T>(p.tagged_context + i, 0.0f, tag);
       }
       return;
     }
@@ -730,12 +903,12 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       const int first = chunk * kSelfChunk;
       const int64_t at = int64_t{first} * d + head * kHeadDim;
       wait_rows(p.head_rows + head, (layer + 1ull) * kSelfRows);
-      float* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
+      uint64_t* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
       attend<T, true>(keys + at, values + at, d, min(kSelfChunk, step.length - first),
                       q + head * kHeadDim, p.scale, scores, reduce, scratch,
-                      head_partials + chunk * kPartial);
+                      head_partials + chunk * kPartial, tag);
       vector_ready();
-      arrive<T>(head_partials, chunks, p.arrivals + head, context + head * kHeadDim, scratch);
+      if (chunk == 0) merge_head<T>(head_partials, chunks, tag, p.tagged_context + head * kHeadDim);
     }
     return;
   }
@@ -744,40 +917,14 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   const int count = max(0, min(item.count, step.cross_length - item.first));
   wait_rows(p.head_rows + p.heads + item.head, (layer + 1ull) * kCrossRows);
   const T* keys_here = reinterpret_cast<const T*>(buffer);
-  float* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
+  uint64_t* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
   attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
                    count, q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
-                   head_partials + item.chunk * kPartial);
+                   head_partials + item.chunk * kPartial, tag);
   vector_ready();
-  arrive<T>(head_partials, p.cross_chunks, p.arrivals + p.heads + item.head,
-            context + item.head * kHeadDim, scratch);
-}
-
-// The grid-wide barrier: thread 0 of each CTA adds 1 to a 64-bit count with release semantics
-// and waits, by acquiring loads, until the count reaches `target`, which grows by the CTAs at
-// each barrier. (Cooperative groups' grid barrier, as fast where measured, takes every thread of
-// the block, and the copy warp does not take part.) The count only grows, by the CTAs ×
-// the barriers of a launch, and starts at 0 (the scratch is zeroed when allocated): at the start
-// of a launch it is a multiple of the CTAs plus the arrivals of CTAs that reached the first
-// barrier already (fewer than the CTAs), so that rounding down gives every CTA the same base.
-__device__ __forceinline__ unsigned long long barrier_base(const unsigned long long* count) {
-  unsigned long long seen;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
-  return seen - seen % gridDim.x;
-}
-
-__device__ __forceinline__ void grid_barrier(unsigned long long* count,
-                                             unsigned long long& target) {
-  compute_sync();
-  if (threadIdx.x == 0) {
-    target += gridDim.x;
-    asm volatile("red.release.gpu.global.add.u64 [%0], 1;" ::"l"(count) : "memory");
-    unsigned long long seen;
-    do {
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
-    } while (seen < target);
+  if (item.chunk == 0) {
+    merge_head<T>(head_partials, p.cross_chunks, tag, p.tagged_context + item.head * kHeadDim);
   }
-  compute_sync();
 }
 
 template <class T>
@@ -785,10 +932,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     decoder_step_kernel(const __grid_constant__ Params p,
                         const __grid_constant__ CUtensorMap cross_map) {
   extern __shared__ __align__(128) unsigned char shared[];
-  // The slices' ring of mbarriers (each counts one slice's bytes landing), then the two buffers'
-  // (the compute warps are done with the buffer).
+  // The slices' ring of mbarriers (each counts one slice's bytes landing), then the word that
+  // frees the ring of copies.
   auto* slots = reinterpret_cast<uint64_t*>(shared + p.barriers_offset);
-  uint64_t* free_buffers = slots + p.slots;
+  auto* freed = reinterpret_cast<uint32_t*>(slots + p.slots);
   auto* layers = reinterpret_cast<StepLayer*>(shared + p.layers_offset);
   T* vector = reinterpret_cast<T*>(shared + p.vector_offset);
   float* own = reinterpret_cast<float*>(shared + p.own_offset);
@@ -806,47 +953,50 @@ __global__ void __launch_bounds__(kThreads, 1)
     own[row - own_rows.first] = to_float(static_cast<const T*>(p.x)[row]);
   }
   if (threadIdx.x == 0) {
-    for (int slot = 0; slot < p.slots + 2; ++slot) barrier_init(&slots[slot], 1);
+    for (int slot = 0; slot < p.slots; ++slot) barrier_init(&slots[slot], 1);
+    *freed = 0;
     barrier_init_fence();
   }
   __syncthreads();
   if (threadIdx.x / 32 == kCopyWarp) {
-    copy_step<T>(p, &cross_map, layers, shared, slots, free_buffers);
+    copy_step<T>(p, &cross_map, layers, shared, slots, freed);
     return;
   }
 
-  const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0]};
+  const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0], __ldcg(p.launches)};
   const int phases = p.n_layers * kPhases;
-  unsigned long long barrier_target = threadIdx.x == 0 ? barrier_base(p.barrier_count) : 0;
   uint32_t waited = 0;  // slices
+  uint32_t placed = 0;  // the running count of the ring's bytes, as copy_step places them
   const bool timed = p.timings != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
   unsigned long long* done = p.timings != nullptr && threadIdx.x == 0
-                                 ? p.timings + 4 * p.n_layers * kPhases + blockIdx.x
+                                 ? p.timings + kMarks * p.n_layers * kPhases + blockIdx.x
                                  : nullptr;
   for (int phase = 0; phase < phases; ++phase) {
-    const int b = phase % 2, kind = phase % kPhases;
     const int slices = slices_of<T>(p, layers, phase);
+    const uint32_t bytes = region_bytes<T>(p, layers, phase);
+    const uint32_t start = bytes > 0 ? place(placed, bytes, p.ring_bytes) : placed;
+    placed = start + bytes;
     for (int i = 0; i < slices; ++i, ++waited) {
       barrier_wait(&slots[waited % p.slots], (waited / p.slots) & 1);
     }
-    if (timed) p.timings[4 * phase] = global_time();
-    // Every CTA is past its last attention: the counts of rows start the next launch at 0.
-    if (phase + 1 == phases && blockIdx.x == 0) {
-      for (int i = threadIdx.x; i < 2 * p.heads; i += kComputeThreads) p.head_rows[i] = 0;
-    }
+    if (timed) p.timings[kMarks * phase] = global_time();
     // (HARK_CUDA_STEP_TIMING) The input vector is made; in an attention, the first partial.
     const auto vector_ready = [&] {
-      if (timed) p.timings[4 * phase + 1] = global_time();
+      if (timed) p.timings[kMarks * phase + 1] = global_time();
     };
-    run_phase<T>(p, step, layers[phase / kPhases], phase, shared + b * p.buffer_bytes, vector, own,
-                 scores, reduce, scratch, sums, vector_ready);
+    run_phase<T>(p, step, layers[phase / kPhases], phase, shared + start % p.ring_bytes, vector,
+                 own, scores, reduce, scratch, sums, vector_ready);
     compute_sync();
-    if (threadIdx.x == 0) barrier_arrive(&free_buffers[b]);
-    if (timed) p.timings[4 * phase + 2] = global_time();
+    if (bytes > 0 && threadIdx.x == 0) free_ring(freed, placed);
+    if (timed) p.timings[kMarks * phase + 2] = global_time();
     if (done) done[phase * gridDim.x] = global_time();
-    // The attentions wait for their heads' rows (head_rows), not for the whole grid.
-    if (phase + 1 < phases && kind != 0 && kind != 3) grid_barrier(p.barrier_count, barrier_target);
-    if (timed) p.timings[4 * phase + 3] = global_time();
+  }
+  // CTA 0 has read the hidden vector of every CTA's last phase 6, so every CTA is past its last
+  // attention and has read the count of launches: the counts of rows start the next launch at 0,
+  // and the next launch's tags follow this one's.
+  if (blockIdx.x == 0) {
+    for (int i = threadIdx.x; i < 2 * p.heads; i += kComputeThreads) p.head_rows[i] = 0;
+    if (threadIdx.x == 0) *p.launches = step.launch + 1;
   }
 }
 
@@ -895,19 +1045,18 @@ bool shape_runs(Element e, const StepShape& s) {
 }
 
 // HARK_CUDA_STEP_TIMING's table: for each of a layer's phases, CTA 0's time (µs, summed over
-// the layers) waiting for its copies, making its input vector, doing the rest of its work, and
-// at the grid's barrier; the barrier's time split into waiting for the slowest CTA (its work
-// done after CTA 0's) and the barrier's own latency after that, and the CTA most often slowest.
+// the layers) waiting for its copies, making its input vector (with the wait for the tagged vector
+// it reads; in an attention, the first partial softmax), and doing the rest of its work; then how
+// much later than CTA 0 the slowest CTA finished the phase, and which CTA was most often slowest.
 void print_timings(const unsigned long long* timings, int phases, int ctas, cudaStream_t stream) {
-  std::vector<unsigned long long> t((4 + static_cast<size_t>(ctas)) * phases);
+  std::vector<unsigned long long> t((kMarks + static_cast<size_t>(ctas)) * phases);
   download(timings, sizeof(unsigned long long) * t.size(), t.data(), stream);
   check(cudaStreamSynchronize(stream), "decoder_step timings");
-  double copies[kPhases] = {}, vector[kPhases] = {}, rest[kPhases] = {}, barrier[kPhases] = {};
-  double slowest[kPhases] = {}, latency[kPhases] = {};
+  double copies[kPhases] = {}, vector[kPhases] = {}, rest[kPhases] = {}, slowest[kPhases] = {};
   std::vector<std::vector<int>> slowest_counts(kPhases, std::vector<int>(ctas, 0));
   for (int phase = 0; phase < phases; ++phase) {
-    const unsigned long long* at = t.data() + 4 * phase;
-    const unsigned long long* done = t.data() + 4 * static_cast<size_t>(phases) + phase * ctas;
+    const unsigned long long* at = t.data() + kMarks * phase;
+    const unsigned long long* done = t.data() + kMarks * static_cast<size_t>(phases) + phase * ctas;
     const unsigned long long ready = at[1] > at[0] ? at[1] : at[0];  // no vector: no mark
     const int k = phase % kPhases;
     int last = 0;
@@ -916,21 +1065,18 @@ void print_timings(const unsigned long long* timings, int phases, int ctas, cuda
     if (phase > 0) copies[k] += (at[0] - at[-1]) * 1e-3;
     vector[k] += (ready - at[0]) * 1e-3;
     rest[k] += (at[2] - ready) * 1e-3;
-    barrier[k] += (at[3] - at[2]) * 1e-3;
     slowest[k] += (static_cast<double>(done[last]) - static_cast<double>(at[2])) * 1e-3;
-    latency[k] += (static_cast<double>(at[3]) - static_cast<double>(done[last])) * 1e-3;
   }
   std::fprintf(stderr, "decoder_step, CTA 0, us over %d layers: %.1f in all\n", phases / kPhases,
-               (t[4 * static_cast<size_t>(phases) - 2] - t[0]) * 1e-3);
+               (t[kMarks * static_cast<size_t>(phases) - 1] - t[0]) * 1e-3);
   for (int k = 0; k < kPhases; ++k) {
     const auto& counts = slowest_counts[k];
     const int most =
         static_cast<int>(std::max_element(counts.begin(), counts.end()) - counts.begin());
     std::fprintf(stderr,
-                 "  phase %d: copies %.1f, vector %.1f, rest %.1f, barrier %.1f (slowest CTA "
-                 "%.1f later, then %.1f; CTA %d slowest %d times)\n",
-                 k, copies[k], vector[k], rest[k], barrier[k], slowest[k], latency[k], most,
-                 counts[most]);
+                 "  phase %d: copies %.1f, vector %.1f, rest %.1f (slowest CTA %.1f later; CTA %d "
+                 "slowest %d times)\n",
+                 k, copies[k], vector[k], rest[k], slowest[k], most, counts[most]);
   }
 }
 
@@ -938,13 +1084,22 @@ void print_timings(const unsigned long long* timings, int phases, int ctas, cuda
 
 bool decoder_step_runs(Element e, const StepShape& shape) {
   if (!shape_runs(e, shape) || !present() || !cooperative_launches()) return false;
-  const Layout l = layout_of(shape, multiprocessor_count());
-  if (shape.heads > l.ctas) return false;
+  const Layout l = layout_of(shape, multiprocessor_count(), shared_per_block());
+  // The ring must hold the largest region; twice that lets the copies run a phase ahead. Every
+  // CTA must have rows of every product (d of them at least), since no vector is written again
+  // before every CTA's rows of the next product show that it has read it (run_phase).
+  // A head's first chunk waits for the others' partials, which must not wait behind it on the
+  // same CTA: at most one self-attention chunk a head for each CTA.
+  if (shape.heads > l.ctas || shape.d < l.ctas || l.self_chunks > l.ctas ||
+      l.ring_bytes < 2 * l.most_region) {
+    return false;
+  }
   return e == Element::f16 ? fits<__half>(l.shared_bytes) : fits<bf16>(l.shared_bytes);
 }
 
 size_t decoder_step_scratch_bytes(const StepShape& shape) {
-  return static_cast<size_t>(layout_of(shape, multiprocessor_count()).scratch_bytes);
+  return static_cast<size_t>(
+      layout_of(shape, multiprocessor_count(), shared_per_block()).scratch_bytes);
 }
 
 void decoder_step(const DecoderStep& step, cudaStream_t stream) {
@@ -957,7 +1112,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
            step.x, step.keys, step.values, step.cross_keys, step.cross_values, step.scratch}) {
     if (!aligned(pointer, 16)) fail("decoder_step: pointers must be 16-byte aligned");
   }
-  const Layout l = layout_of(s, multiprocessor_count());
+  const Layout l = layout_of(s, multiprocessor_count(), shared_per_block());
   auto* scratch = static_cast<unsigned char*>(step.scratch);
   Params p = {};
   p.layers = step.layers;
@@ -968,12 +1123,12 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.scale = step.scale;
   p.x = step.x;
   p.q = scratch + l.q_offset;
-  p.hidden = scratch + l.hidden_offset;
-  p.context = scratch + l.context_offset;
-  p.self_partials = reinterpret_cast<float*>(scratch + l.self_offset);
-  p.cross_partials = reinterpret_cast<float*>(scratch + l.cross_offset);
-  p.arrivals = reinterpret_cast<int*>(scratch + l.arrivals_offset);
-  p.barrier_count = reinterpret_cast<unsigned long long*>(scratch);
+  p.tagged_x = reinterpret_cast<uint32_t*>(scratch + l.x_offset);
+  p.tagged_context = reinterpret_cast<uint32_t*>(scratch + l.context_offset);
+  p.tagged_hidden = reinterpret_cast<uint32_t*>(scratch + l.hidden_offset);
+  p.self_partials = reinterpret_cast<uint64_t*>(scratch + l.self_offset);
+  p.cross_partials = reinterpret_cast<uint64_t*>(scratch + l.cross_offset);
+  p.launches = reinterpret_cast<unsigned*>(scratch);
   p.head_rows = reinterpret_cast<unsigned long long*>(scratch + 16);
   p.slots = l.slots;
   p.cross_boxes = l.cross_boxes;
@@ -996,7 +1151,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.cross_chunks = l.cross_chunks;
   p.cross_chunk_frames = l.cross_chunk_frames;
   p.self_chunks = l.self_chunks;
-  p.buffer_bytes = l.buffer_bytes;
+  p.ring_bytes = static_cast<uint32_t>(l.ring_bytes);
   p.layers_offset = l.layers_offset;
   p.vector_offset = l.vector_offset;
   p.own_offset = l.own_offset;
@@ -1026,7 +1181,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   const bool timed =
       std::getenv("HARK_CUDA_STEP_TIMING") != nullptr && capturing == cudaStreamCaptureStatusNone;
   const int phases = s.layers * kPhases;
-  const size_t timing_bytes = sizeof(unsigned long long) * (4 + l.ctas) * phases;
+  const size_t timing_bytes = sizeof(unsigned long long) * (kMarks + l.ctas) * phases;
   if (timed) {
     static size_t allocated = 0;
     if (allocated < timing_bytes) {

@@ -5,10 +5,10 @@
 // 1.6 GB, 0.48 ms at an H100's 3.35 TB/s. As a chain of one launch per product and attention
 // (7 a layer), the step takes 1.46 ms on an H200 (bench/RESULTS.md): each launch fills the GPU
 // with loads, drains, and waits for the one before it. Here one CTA an SM runs the whole step:
-// its phases (8 a layer) wait for each other by grid-wide barriers or per-head counts, and a
-// copy warp in each CTA streams its share of the weights (and of the cross-attention's keys and
-// values, which do not change during decoding either) into shared memory, a phase or two ahead,
-// with few bytes in flight at a time.
+// its phases (8 a layer) wait for each other's data (tagged vectors, per-head counts), not by
+// grid-wide barriers, and a copy warp in each CTA streams its share of the weights (and of the
+// cross-attention's keys and values, which do not change during decoding either) into a ring of
+// shared memory, as far ahead as the ring holds, with few bytes in flight at a time.
 //
 // On an H100 it takes 1.478 ms a large-v3 step against the launches' 1.583 (and 1.511 over INT8
 // K/V), and 0.265 ms a turbo step against 0.261 (with 32 KB in flight, not 16; bench/RESULTS.md,

@@ -652,8 +652,9 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   gpu::DecoderStep step;
   step.e = e;
   step.shape = step_shape(config, caches.capacity());
-  // The kernel's counts (its grid barrier's, the heads' rows and arrivals) start at zero; each
-  // launch leaves them so, or the barrier's at a multiple of the CTAs.
+  // The kernel's counts (of launches, of the heads' rows) start at zero, and its tagged vectors
+  // and partials with tags of 0, which no launch writes; each launch leaves the heads' counts at
+  // zero.
   const size_t scratch_bytes = gpu::decoder_step_scratch_bytes(step.shape);
   if (s.step.bytes() < scratch_bytes) {
     s.step.reserve(scratch_bytes);
