@@ -192,8 +192,8 @@ if has experiments; then
   # storage HARK_EXP_CROSS_KV names (a variant's settings come after it and win); int8-auto takes
   # INT8 frames from 60 windows and INT8 K/V below; step-kernel runs batch 1 as one persistent
   # launch (decoder_step_sm90.h; over native K/V, so against "native"), with CTA 0's time by
-  # phase in its log; step-kernel-8 and -32 keep 8 or 32 KB of its copies in flight a CTA (16 by
-  # default).
+  # phase in its log; step-kernel-16 and -128 keep 16 or 128 KB of its copies in flight a CTA (64
+  # by default).
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
@@ -212,8 +212,8 @@ if has experiments; then
     "int8-auto|f16|HARK_CUDA_CROSS_KV=int8-auto"
     "native|f16|HARK_CUDA_CROSS_KV=native"
     "step-kernel|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_TIMING=1"
-    "step-kernel-8|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=8"
-    "step-kernel-32|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=32"
+    "step-kernel-16|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=16"
+    "step-kernel-128|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=128"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"

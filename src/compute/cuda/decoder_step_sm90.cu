@@ -507,9 +507,9 @@ __device__ __forceinline__ void wait_ring(const uint32_t* freed, uint32_t end) {
 // regions follow each other through the ring (place: each contiguous, so that a product's rows
 // are), and a phase's region is copied into as soon as the compute warps have freed the bytes it
 // takes, however many phases ahead of theirs. At most p.slices_in_flight slices are in flight: the
-// HBM queues every later load, fence and atomic of the SMs behind the bytes already asked for, so
-// that ~100 KB a CTA issued at once held up the grid's next barrier by the 4-5 µs they took to
-// land (bench/RESULTS.md, fortieth session).
+// HBM queues the SMs' later loads behind the bytes already asked for (with grid barriers, ~100 KB
+// a CTA issued at once held up each barrier by the 4-5 µs they took to land; bench/RESULTS.md,
+// fortieth session).
 //
 // The mbarriers cannot wrap onto a slice not yet waited for: there are more of them than the
 // slices of the regions the ring holds at once (layout_of), and a region is freed only after its
@@ -1132,11 +1132,12 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.head_rows = reinterpret_cast<unsigned long long*>(scratch + 16);
   p.slots = l.slots;
   p.cross_boxes = l.cross_boxes;
-  // The kilobytes a CTA's copy warp keeps in flight: 16 (large-v3 on an H100 stepped in 1.478 ms
-  // with 16, 1.559 with 32; bench/RESULTS.md, fortieth session), or HARK_CUDA_STEP_IN_FLIGHT's.
+  // The kilobytes a CTA's copy warp keeps in flight: 64, or HARK_CUDA_STEP_IN_FLIGHT's. With grid
+  // barriers 16 was best (more held them up); without, large-v3 on an H200 stepped in 1.544 ms
+  // with 16, 1.504 with 32, 1.500 with 64, 1.503 with 128 (bench/RESULTS.md, forty-first session).
   static const int in_flight_kb = [] {
     const char* value = std::getenv("HARK_CUDA_STEP_IN_FLIGHT");
-    return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : 16;
+    return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : 64;
   }();
   p.slices_in_flight =
       static_cast<int>(std::clamp<int64_t>(int64_t{in_flight_kb} * 1024 / kSlice, 1, l.slots / 2));

@@ -10,10 +10,10 @@
 // cross-attention's keys and values, which do not change during decoding either) into a ring of
 // shared memory, as far ahead as the ring holds, with few bytes in flight at a time.
 //
-// On an H100 it takes 1.478 ms a large-v3 step against the launches' 1.583 (and 1.511 over INT8
-// K/V), and 0.265 ms a turbo step against 0.261 (with 32 KB in flight, not 16; bench/RESULTS.md,
-// fortieth session). The Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1: it has not
-// yet run the whole GPU suite as the default.
+// It gives the launches' tokens (the GPU suite passes with it on), but it is not yet faster: on an
+// H200 a large-v3 step takes 1.500 ms against the launches' 1.461, a turbo step 0.250 against
+// 0.235; on an H100 large-v3 1.562 against 1.575 (bench/RESULTS.md, forty-first session). The
+// Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
 #pragma once
 
 #include <cuda_runtime.h>

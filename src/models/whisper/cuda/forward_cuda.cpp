@@ -632,10 +632,9 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
 
 // Whether a step runs as one persistent launch (gpu::decoder_step): only with
 // HARK_CUDA_STEP_KERNEL=1 (read at each call), for one sequence over K/V stored natively, 16-bit
-// weights that are not Q8_0, and a shape the kernel takes on this GPU. Not yet the default:
-// large-v3 on an H100 steps in 1.478 ms with it against 1.583 without, turbo in 0.265 against
-// 0.261 (with 32 KB in flight; bench/RESULTS.md, fortieth session), and it has not run the whole
-// GPU suite as the default.
+// weights that are not Q8_0, and a shape the kernel takes on this GPU. Not the default: it gives
+// the same tokens, but large-v3 on an H200 steps in 1.500 ms with it against 1.461 without, turbo
+// in 0.250 against 0.235 (bench/RESULTS.md, forty-first session).
 bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& caches,
                       const CrossKv& cross, gpu::Element e, int batch) {
   return batch == 1 && cross.storage == CrossKvStorage::native && w.step_layers.bytes() > 0 &&
