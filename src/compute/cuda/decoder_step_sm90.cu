@@ -88,12 +88,12 @@ struct Params {
   float scale;
   void* x;  // the step's input, and its output after the last layer
   void* q;
-  // What every CTA reads whole goes as tagged vectors (see Tagged): x after each residual, the
+  // What every CTA reads whole goes as tagged vectors (see tag_of): x after each residual, the
   // attention's output merged (the context), the hidden vector of the feed-forward.
   uint32_t* tagged_x;        // [d]
   uint32_t* tagged_context;  // [d]
   uint32_t* tagged_hidden;   // [ffn]
-  // The attentions' partial softmaxes, each float in a 64-bit word with its tag (load_partials).
+  // The attentions' partial softmaxes, each float in a 64-bit word with its tag (store_partial).
   uint64_t* self_partials;   // [heads, self_chunks, kPartial]
   uint64_t* cross_partials;  // [heads, cross_chunks, kPartial]
   // The launches so far: with the phase, it makes the tags (a 32-bit count that CTA 0 adds 1 to
@@ -102,8 +102,8 @@ struct Params {
   // The attention of head h waits for the rows it reads rather than for the whole grid: the CTAs
   // of phases 0 and 3 add the rows of each head they wrote to head_rows [2 · heads] (the query,
   // key and value rows for the self-attention, then the query rows for the cross-attention),
-  // counts that grow through the launch and go back to 0 in its last phase, which no attention
-  // follows.
+  // counts that grow through the launch and go back to 0 at its end, which CTA 0 reaches only
+  // after every attention.
   unsigned long long* head_rows;
   void* keys;
   void* values;
@@ -152,9 +152,9 @@ __host__ __device__ constexpr int64_t round_up(int64_t value, int64_t multiple) 
   return ceil_div(value, multiple) * multiple;
 }
 
-// Where a product's share lies in its buffer: at most ceil(rows / ctas) rows of W of `depth`
-// 16-bit values, then their bias (from the row before the first that is a multiple of 8: the
-// copies move 16-byte pieces), then with a norm its γ and β [d] each.
+// Where a product's share lies in its region of the ring: at most ceil(rows / ctas) rows of W of
+// `depth` 16-bit values, then their bias (from the row before the first that is a multiple of 8:
+// the copies move 16-byte pieces), then with a norm its γ and β [d] each.
 struct Share {
   int64_t bias, norm, end;
   int64_t most_bytes;  // the largest share of W among the CTAs
@@ -353,12 +353,12 @@ __device__ __forceinline__ Rows rows_of(int64_t rows) {
   return {n * blockIdx.x / gridDim.x, n * (blockIdx.x + 1) / gridDim.x};
 }
 
-// The bias of output row `row` of a product whose rows the buffer holds (0 without a bias).
+// The bias of output row `row` of a product whose rows the region holds (0 without a bias).
 template <class T>
-__device__ __forceinline__ float bias_of(const unsigned char* buffer, const Share& share,
+__device__ __forceinline__ float bias_of(const unsigned char* region, const Share& share,
                                          const void* bias, Rows r, int64_t row) {
   if (bias == nullptr) return 0.0f;
-  const T* values = reinterpret_cast<const T*>(buffer + share.bias);
+  const T* values = reinterpret_cast<const T*>(region + share.bias);
   return to_float(values[row - (r.first & ~int64_t{7})]);
 }
 
@@ -375,7 +375,7 @@ __device__ __forceinline__ bool cross_item(const Params& p, CrossItem& item) {
   return true;
 }
 
-// The copies of a phase into its buffer are bulk copies by the tensor memory accelerator, issued
+// The copies of a phase into its region are bulk copies by the tensor memory accelerator, issued
 // by the last warp (copy_step), which does nothing else. Not cp.async: those are issued by the
 // threads that wait for them, and a CTA's ~100 KB of them in flight held up every later load of
 // its SM and every memory fence until they had landed.
@@ -421,7 +421,7 @@ __device__ __forceinline__ bool product_of(const Params& p, const StepLayer& w, 
 
 // A product's runs of memory to copy: this CTA's rows of W, their bias from the row at or before
 // the first that is a multiple of 8 (the copies move 16-byte pieces), and with a norm its γ and
-// β; `to` is each run's place in the buffer. (Fixed-size arrays indexed by constants after
+// β; `to` is each run's place in the region. (Fixed-size arrays indexed by constants after
 // unrolling: registers, not local memory.)
 struct Runs {
   const unsigned char* from[4];
@@ -446,41 +446,39 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
            product.gamma != nullptr ? norm_bytes : 0, product.gamma != nullptr ? norm_bytes : 0}};
 }
 
-// The slices phase `phase` copies into its buffer (the copy warp issues them, the compute warps
-// wait for them): none for the self-attention, the boxes of the CTA's chunk of frames (keys and
-// values) for the cross-attention, the runs of a product in pieces of kSlice bytes.
+// What phase `phase` copies: its slices (the copy warp issues them, the compute warps wait for
+// them) and the bytes its region takes of the ring (0: it copies nothing). None for the
+// self-attention; the boxes of the CTA's chunk of frames (keys and values) for the
+// cross-attention; the runs of a product in pieces of kSlice bytes, in its share's layout.
+struct Copies {
+  int slices = 0;
+  uint32_t bytes = 0;
+};
 template <class T>
-__device__ int slices_of(const Params& p, const StepLayer* layers, int phase) {
+__device__ Copies copies_of(const Params& p, const StepLayer* layers, int phase) {
   const int kind = phase % kPhases;
-  if (phase / kPhases >= p.n_layers || kind == 1) return 0;
+  Copies copies;
+  if (phase / kPhases >= p.n_layers || kind == 1) return copies;
   if (kind == 4) {
     CrossItem item;
-    return cross_item(p, item) ? 2 * p.cross_boxes : 0;
+    if (cross_item(p, item)) {
+      copies.slices = 2 * p.cross_boxes;
+      copies.bytes = static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice));
+    }
+    return copies;
   }
   Product product;
   product_of(p, layers[phase / kPhases], phase, product);
   Runs runs;
   product_runs<T>(p, product, runs);
-  int slices = 0;
 #pragma unroll
-  for (int run = 0; run < 4; ++run) slices += static_cast<int>(ceil_div(runs.bytes[run], kSlice));
-  return slices;
-}
-
-// The bytes phase `phase`'s copies take of the ring (0: it copies nothing).
-template <class T>
-__device__ uint32_t region_bytes(const Params& p, const StepLayer* layers, int phase) {
-  const int kind = phase % kPhases;
-  if (phase / kPhases >= p.n_layers || kind == 1) return 0;
-  if (kind == 4) {
-    CrossItem item;
-    return cross_item(p, item) ? static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice)) : 0;
+  for (int run = 0; run < 4; ++run) {
+    copies.slices += static_cast<int>(ceil_div(runs.bytes[run], kSlice));
   }
-  Product product;
-  product_of(p, layers[phase / kPhases], phase, product);
   const Share share =
       share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
-  return static_cast<uint32_t>(region_of(share.end));
+  copies.bytes = static_cast<uint32_t>(region_of(share.end));
+  return copies;
 }
 
 // The word through which the compute warps free the ring: the running count of bytes up to the
@@ -536,7 +534,7 @@ __device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const S
   const int phases = p.n_layers * kPhases;
   uint32_t placed = 0;  // the running count of the ring's bytes
   for (int phase = 0; phase < phases; ++phase) {
-    const uint32_t bytes = region_bytes<T>(p, layers, phase);
+    const uint32_t bytes = copies_of<T>(p, layers, phase).bytes;
     if (bytes == 0) continue;
     const uint32_t start = place(placed, bytes, p.ring_bytes);
     placed = start + bytes;
@@ -589,12 +587,12 @@ __device__ __forceinline__ float compute_max(float value, float* scratch) {
 // passes over registers), rounded to T, as layer_norm and decode_linear's staging compute it.
 // x: the tagged x carrying `tag`, or with tag 0 the step's input.
 template <class T>
-__device__ __noinline__ void norm_into(const Params& p, const unsigned char* buffer,
+__device__ __noinline__ void norm_into(const Params& p, const unsigned char* region,
                                        const Share& share, float eps, uint32_t tag, T* vector,
                                        float* scratch) {
-  const auto* gamma = reinterpret_cast<const uint4*>(buffer + share.norm);
+  const auto* gamma = reinterpret_cast<const uint4*>(region + share.norm);
   const auto* beta =
-      reinterpret_cast<const uint4*>(buffer + share.norm + round_up(p.d * sizeof(T), 16));
+      reinterpret_cast<const uint4*>(region + share.norm + round_up(p.d * sizeof(T), 16));
   const int64_t packs = p.d / kPack;
   const auto* x = static_cast<const uint4*>(p.x);
   float values[kMaxNormPacks][kPack];
@@ -837,7 +835,7 @@ __device__ void wait_rows(const unsigned long long* count, unsigned long long ta
 // within their phase, written again a layer later).
 template <class T, class Mark>
 __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w, int phase,
-                          const unsigned char* buffer, T* vector, float* own, float* scores,
+                          const unsigned char* region, T* vector, float* own, float* scores,
                           float* reduce, float* scratch, float* sums, Mark vector_ready) {
   const int layer = phase / kPhases, kind = phase % kPhases;
   // The tag this phase writes, and the one it reads (the previous phase's; the first reads the
@@ -853,17 +851,17 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     const Share share =
         share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
     if (product.gamma != nullptr) {
-      norm_into<T>(p, buffer, share, product.eps, read_tag, vector, scratch);
+      norm_into<T>(p, region, share, product.eps, read_tag, vector, scratch);
     } else {
       load_into<T>(kind == 7 ? p.tagged_hidden : p.tagged_context, product.depth, read_tag, vector);
     }
     compute_sync();
     vector_ready();
     const Rows r = rows_of(product.rows);
-    product_sums<T>(buffer, r, product.depth, vector, sums);
+    product_sums<T>(region, r, product.depth, vector, sums);
     compute_sync();
     for (int64_t row = r.first + threadIdx.x; row < r.end; row += kComputeThreads) {
-      const float value = sums[row - r.first] + bias_of<T>(buffer, share, product.bias, r, row);
+      const float value = sums[row - r.first] + bias_of<T>(region, share, product.bias, r, row);
       if (kind == 0) {  // q, and this token's k and v into the caches
         T* target = row < d       ? q + row
                     : row < 2 * d ? keys + step.position * d + row - d
@@ -916,7 +914,7 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   if (!cross_item(p, item)) return;
   const int count = max(0, min(item.count, step.cross_length - item.first));
   wait_rows(p.head_rows + p.heads + item.head, (layer + 1ull) * kCrossRows);
-  const T* keys_here = reinterpret_cast<const T*>(buffer);
+  const T* keys_here = reinterpret_cast<const T*>(region);
   uint64_t* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
   attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
                    count, q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
@@ -972,11 +970,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  ? p.timings + kMarks * p.n_layers * kPhases + blockIdx.x
                                  : nullptr;
   for (int phase = 0; phase < phases; ++phase) {
-    const int slices = slices_of<T>(p, layers, phase);
-    const uint32_t bytes = region_bytes<T>(p, layers, phase);
-    const uint32_t start = bytes > 0 ? place(placed, bytes, p.ring_bytes) : placed;
-    placed = start + bytes;
-    for (int i = 0; i < slices; ++i, ++waited) {
+    const Copies copies = copies_of<T>(p, layers, phase);
+    const uint32_t start = copies.bytes > 0 ? place(placed, copies.bytes, p.ring_bytes) : placed;
+    placed = start + copies.bytes;
+    for (int i = 0; i < copies.slices; ++i, ++waited) {
       barrier_wait(&slots[waited % p.slots], (waited / p.slots) & 1);
     }
     if (timed) p.timings[kMarks * phase] = global_time();
@@ -987,7 +984,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     run_phase<T>(p, step, layers[phase / kPhases], phase, shared + start % p.ring_bytes, vector,
                  own, scores, reduce, scratch, sums, vector_ready);
     compute_sync();
-    if (bytes > 0 && threadIdx.x == 0) free_ring(freed, placed);
+    if (copies.bytes > 0 && threadIdx.x == 0) free_ring(freed, placed);
     if (timed) p.timings[kMarks * phase + 2] = global_time();
     if (done) done[phase * gridDim.x] = global_time();
   }
