@@ -88,7 +88,7 @@ struct Params {
   float scale;
   void* x;  // the step's input, and its output after the last layer
   void* q;
-  // What every CTA reads whole goes as tagged vectors (see tag_of): x after each residual, the
+  // What every CTA reads whole goes as tagged vectors (see vector_tag): x after each residual, the
   // attention's output merged (the context), the hidden vector of the feed-forward.
   uint32_t* tagged_x;        // [d]
   uint32_t* tagged_context;  // [d]
@@ -157,7 +157,6 @@ __host__ __device__ constexpr int64_t round_up(int64_t value, int64_t multiple) 
 // the copies move 16-byte pieces), then with a norm its γ and β [d] each.
 struct Share {
   int64_t bias, norm, end;
-  int64_t most_bytes;  // the largest share of W among the CTAs
 };
 __host__ __device__ inline Share share_of(int64_t rows, int64_t depth, int64_t ctas, int64_t d,
                                           bool normed) {
@@ -167,7 +166,6 @@ __host__ __device__ inline Share share_of(int64_t rows, int64_t depth, int64_t c
   share.bias = round_up(most * depth * 2, 16);
   share.norm = share.bias + round_up((most + 16) * 2, 16);
   share.end = share.norm + (normed ? 2 * round_up(d * 2, 16) : 0);
-  share.most_bytes = most * depth * 2;
   return share;
 }
 
@@ -177,11 +175,19 @@ __host__ __device__ constexpr int64_t region_of(int64_t bytes) {
   return round_up(bytes, 128);
 }
 
-// Where a region of `bytes` starts in the ring's running count of bytes: at `at`, or at the
-// ring's next turn where it would cross the end (a region is contiguous in shared memory).
-__host__ __device__ inline uint32_t place(uint32_t at, uint32_t bytes, uint32_t ring) {
-  return at % ring + bytes <= ring ? at : at + (ring - at % ring);
-}
+// The phases' regions of the ring in order, as the copy warp and the compute warps both place
+// them: `placed` is the running count of the ring's bytes, and a region starts where the last
+// ended or, where it would cross the ring's end, at its next turn (a region is contiguous in
+// shared memory).
+struct RingCursor {
+  uint32_t placed = 0;
+  // The next region's start in the running count (a region of 0 bytes: where the last ended).
+  __device__ uint32_t next(uint32_t bytes, uint32_t ring) {
+    const uint32_t start = placed % ring + bytes <= ring ? placed : placed + (ring - placed % ring);
+    placed = start + bytes;
+    return start;
+  }
+};
 
 // `shared_limit`: the shared memory a block may take; what the rest leaves is the copies' ring.
 Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
@@ -290,11 +296,23 @@ __device__ __forceinline__ void pause_waiting(unsigned long long& since) {
 // release), an atomic and acquiring loads before the vector's load; a tag takes the load alone.
 //
 // No vector is written again before every CTA has read it: each write follows, through the data
-// the phases hand on, from every CTA's read of the last one (run_phase). Two writes of a word in a
-// row carry different tags, and no tag is 0 (the scratch starts zeroed).
-__device__ __forceinline__ uint32_t tag_of(unsigned launch, int n_layers, int phase) {
-  const uint64_t count = uint64_t{launch} * static_cast<uint64_t>(n_layers * kPhases) + phase;
+// the phases hand on, from every CTA's read of the last one (run_phase). No tag is 0 (the scratch
+// starts zeroed).
+//
+// A tag names the count of phases over every launch so far:
+__device__ __forceinline__ uint64_t phase_count(unsigned launch, int n_layers, int phase) {
+  return uint64_t{launch} * static_cast<uint64_t>(n_layers * kPhases) + phase;
+}
+// A vector's tag: 16 bits, the word's upper half. Each use writes every word of the vector, so a
+// word that is not yet this use's holds the last use's, whose tag differs.
+__device__ __forceinline__ uint32_t vector_tag(uint64_t count) {
   return static_cast<uint32_t>(count % 65535 + 1) << 16;
+}
+// A partial softmax's tag: 32 bits. A chunk's partial is written only while the sequence reaches
+// that chunk, so an unwritten one may be any number of launches old; with 16 bits it would carry
+// this phase's tag by chance one time in 65,535 (a minute of decoding at 1,000 steps a second).
+__device__ __forceinline__ uint32_t partial_tag(uint64_t count) {
+  return static_cast<uint32_t>(count % 0xffffffffull) + 1;
 }
 
 template <class T>
@@ -328,11 +346,11 @@ __device__ __forceinline__ uint4 load_tagged(const uint32_t* words, int64_t pack
   }
 }
 
-// A float of a partial softmax in a 64-bit word (also single-copy atomic) with the tag in the
-// upper half.
+// A float of a partial softmax in a 64-bit word (also single-copy atomic) with its tag
+// (partial_tag) in the upper half.
 __device__ __forceinline__ void store_partial(uint64_t* word, float value, uint32_t tag) {
   __stcg(reinterpret_cast<unsigned long long*>(word),
-         (static_cast<unsigned long long>(tag) << 16) | __float_as_uint(value));
+         (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(value));
 }
 __device__ __forceinline__ uint64_t load_relaxed(const uint64_t* at) {
   uint64_t v;
@@ -340,7 +358,7 @@ __device__ __forceinline__ uint64_t load_relaxed(const uint64_t* at) {
   return v;
 }
 __device__ __forceinline__ bool tagged_as(uint64_t word, uint32_t tag) {
-  return static_cast<uint32_t>(word >> 32) == tag >> 16;
+  return static_cast<uint32_t>(word >> 32) == tag;
 }
 
 // This CTA's output rows of a product of `rows` rows: [first, end).
@@ -502,7 +520,7 @@ __device__ __forceinline__ void wait_ring(const uint32_t* freed, uint32_t end) {
 
 // The copy warp's whole launch (its lane 0): every phase's slices in order, each counted by the
 // next mbarrier of the ring `slots`, into the phase's region of the ring of shared memory. The
-// regions follow each other through the ring (place: each contiguous, so that a product's rows
+// regions follow each other through the ring (RingCursor: each contiguous, so that a product's rows
 // are), and a phase's region is copied into as soon as the compute warps have freed the bytes it
 // takes, however many phases ahead of theirs. At most p.slices_in_flight slices are in flight: the
 // HBM queues the SMs' later loads behind the bytes already asked for (with grid barriers, ~100 KB
@@ -532,13 +550,12 @@ __device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const S
     return slot;
   };
   const int phases = p.n_layers * kPhases;
-  uint32_t placed = 0;  // the running count of the ring's bytes
+  RingCursor ring;
   for (int phase = 0; phase < phases; ++phase) {
     const uint32_t bytes = copies_of<T>(p, layers, phase).bytes;
     if (bytes == 0) continue;
-    const uint32_t start = place(placed, bytes, p.ring_bytes);
-    placed = start + bytes;
-    if (placed > p.ring_bytes) wait_ring(freed, placed - p.ring_bytes);
+    const uint32_t start = ring.next(bytes, p.ring_bytes);
+    if (ring.placed > p.ring_bytes) wait_ring(freed, ring.placed - p.ring_bytes);
     unsigned char* region = shared + start % p.ring_bytes;
     const int layer = phase / kPhases;
     if (phase % kPhases == 4) {
@@ -702,13 +719,13 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   compute_sync();
 }
 
-// The head's `chunks` partial softmaxes (partials: the head's first), once they carry `tag`,
-// merged into the head's 64 values of the tagged context, rounded to T (threads 0-63, a value
-// each). The CTA of the head's first chunk merges (run_phase): only it waits for other CTAs'
-// partials, and the CTAs whose partials it waits for wait for no partial.
+// The head's `chunks` partial softmaxes (partials: the head's first), once they carry
+// `partials_tag`, merged into the head's 64 values of the context (tagged `tag`), rounded to T
+// (threads 0-63, a value each). The CTA of the head's first chunk merges (run_phase): only it waits
+// for other CTAs' partials, and the CTAs whose partials it waits for wait for no partial.
 template <class T>
-__device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, uint32_t tag,
-                                        uint32_t* context) {
+__device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, uint32_t partials_tag,
+                                        uint32_t* context, uint32_t tag) {
   if (threadIdx.x >= kHeadDim) return;
   // One pass: each round of partials raises the running maximum and rescales the sums to it.
   float maximum = -INFINITY, weights = 0.0f, sum[1] = {0.0f};
@@ -724,8 +741,9 @@ __device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, ui
         const bool real = first + u < chunks;
         const uint64_t words[3] = {real ? load_relaxed(part) : 0, real ? load_relaxed(part + 1) : 0,
                                    real ? load_relaxed(part + 2 + threadIdx.x) : 0};
-        ready = ready && (!real || (tagged_as(words[0], tag) && tagged_as(words[1], tag) &&
-                                    tagged_as(words[2], tag)));
+        ready = ready &&
+                (!real || (tagged_as(words[0], partials_tag) && tagged_as(words[1], partials_tag) &&
+                           tagged_as(words[2], partials_tag)));
         m[u] = real ? __uint_as_float(static_cast<uint32_t>(words[0])) : -INFINITY;
         l[u] = real ? __uint_as_float(static_cast<uint32_t>(words[1])) : 0.0f;
         a[u] = real ? __uint_as_float(static_cast<uint32_t>(words[2])) : 0.0f;
@@ -838,10 +856,11 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
                           const unsigned char* region, T* vector, float* own, float* scores,
                           float* reduce, float* scratch, float* sums, Mark vector_ready) {
   const int layer = phase / kPhases, kind = phase % kPhases;
-  // The tag this phase writes, and the one it reads (the previous phase's; the first reads the
-  // step's input).
-  const uint32_t tag = tag_of(step.launch, p.n_layers, phase);
-  const uint32_t read_tag = phase > 0 ? tag_of(step.launch, p.n_layers, phase - 1) : 0;
+  // The tags this phase writes (vectors, partials), and the one it reads (the previous phase's;
+  // the first reads the step's input).
+  const uint64_t phases_before = phase_count(step.launch, p.n_layers, phase);
+  const uint32_t tag = vector_tag(phases_before), partials_tag = partial_tag(phases_before);
+  const uint32_t read_tag = phase > 0 ? vector_tag(phases_before - 1) : 0;
   T* q = static_cast<T*>(p.q);
   T* keys = static_cast<T*>(p.keys) + layer * p.cache_layer_stride;
   T* values = static_cast<T*>(p.values) + layer * p.cache_layer_stride;
@@ -904,9 +923,11 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       uint64_t* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
       attend<T, true>(keys + at, values + at, d, min(kSelfChunk, step.length - first),
                       q + head * kHeadDim, p.scale, scores, reduce, scratch,
-                      head_partials + chunk * kPartial, tag);
+                      head_partials + chunk * kPartial, partials_tag);
       vector_ready();
-      if (chunk == 0) merge_head<T>(head_partials, chunks, tag, p.tagged_context + head * kHeadDim);
+      if (chunk == 0) {
+        merge_head<T>(head_partials, chunks, partials_tag, p.tagged_context + head * kHeadDim, tag);
+      }
     }
     return;
   }
@@ -918,10 +939,11 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   uint64_t* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
   attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
                    count, q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
-                   head_partials + item.chunk * kPartial, tag);
+                   head_partials + item.chunk * kPartial, partials_tag);
   vector_ready();
   if (item.chunk == 0) {
-    merge_head<T>(head_partials, p.cross_chunks, tag, p.tagged_context + item.head * kHeadDim);
+    merge_head<T>(head_partials, p.cross_chunks, partials_tag,
+                  p.tagged_context + item.head * kHeadDim, tag);
   }
 }
 
@@ -964,15 +986,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0], __ldcg(p.launches)};
   const int phases = p.n_layers * kPhases;
   uint32_t waited = 0;  // slices
-  uint32_t placed = 0;  // the running count of the ring's bytes, as copy_step places them
+  RingCursor ring;      // as copy_step places the regions
   const bool timed = p.timings != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
   unsigned long long* done = p.timings != nullptr && threadIdx.x == 0
                                  ? p.timings + kMarks * p.n_layers * kPhases + blockIdx.x
                                  : nullptr;
   for (int phase = 0; phase < phases; ++phase) {
     const Copies copies = copies_of<T>(p, layers, phase);
-    const uint32_t start = copies.bytes > 0 ? place(placed, copies.bytes, p.ring_bytes) : placed;
-    placed = start + copies.bytes;
+    const uint32_t start = ring.next(copies.bytes, p.ring_bytes);
     for (int i = 0; i < copies.slices; ++i, ++waited) {
       barrier_wait(&slots[waited % p.slots], (waited / p.slots) & 1);
     }
@@ -984,7 +1005,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     run_phase<T>(p, step, layers[phase / kPhases], phase, shared + start % p.ring_bytes, vector,
                  own, scores, reduce, scratch, sums, vector_ready);
     compute_sync();
-    if (copies.bytes > 0 && threadIdx.x == 0) free_ring(freed, placed);
+    if (copies.bytes > 0 && threadIdx.x == 0) free_ring(freed, ring.placed);
     if (timed) p.timings[kMarks * phase + 2] = global_time();
     if (done) done[phase * gridDim.x] = global_time();
   }
