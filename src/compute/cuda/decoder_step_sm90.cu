@@ -177,15 +177,37 @@ __host__ __device__ constexpr int64_t region_of(int64_t bytes) {
 
 // The phases' regions of the ring in order, as the copy warp and the compute warps both place
 // them: `placed` is the running count of the ring's bytes, and a region starts where the last
-// ended or, where it would cross the ring's end, at its next turn (a region is contiguous in
-// shared memory).
+// ended, wrapping at the ring's end (regions are multiples of 128 bytes, and so are their
+// starts). Only a `contiguous` region (the cross-attention's boxes, which the attention reads as
+// two arrays) starts at the ring's next turn where it would cross its end. Wrapping lets the
+// largest products' regions follow each other: large-v3's fc1 and fc2 take 208 KB a CTA
+// together, nearly all of its 210, so that with every region contiguous fc2's copies could
+// start only once fc1 was done (bench/RESULTS.md, forty-second session).
 struct RingCursor {
   uint32_t placed = 0;
-  // The next region's start in the running count (a region of 0 bytes: where the last ended).
-  __device__ uint32_t next(uint32_t bytes, uint32_t ring) {
-    const uint32_t start = placed % ring + bytes <= ring ? placed : placed + (ring - placed % ring);
+  __device__ uint32_t next(uint32_t bytes, uint32_t ring, bool contiguous) {
+    const uint32_t start =
+        !contiguous || placed % ring + bytes <= ring ? placed : placed + (ring - placed % ring);
     placed = start + bytes;
     return start;
+  }
+};
+
+// A phase's region as the compute warps read it: its bytes from `start` (an offset into the
+// ring), wrapping at the ring's end. A region is at most half the ring (decoder_step_runs).
+struct Region {
+  const unsigned char* ring;
+  uint32_t start, ring_bytes;
+  // Where byte `offset` of the region lies. Offsets a multiple of 16 give 16 bytes in a row (the
+  // ring and every start are multiples of 128).
+  __device__ __forceinline__ const unsigned char* at(uint32_t offset) const {
+    const uint32_t in_ring = start + offset;
+    return ring + (in_ring >= ring_bytes ? in_ring - ring_bytes : in_ring);
+  }
+  // Whether bytes [offset, offset + bytes) lie in a row, without the ring's end between.
+  __device__ __forceinline__ bool unbroken(uint32_t offset, uint32_t bytes) const {
+    const uint32_t from = static_cast<uint32_t>(at(offset) - ring);
+    return from + bytes <= ring_bytes;
   }
 };
 
@@ -373,11 +395,12 @@ __device__ __forceinline__ Rows rows_of(int64_t rows) {
 
 // The bias of output row `row` of a product whose rows the region holds (0 without a bias).
 template <class T>
-__device__ __forceinline__ float bias_of(const unsigned char* region, const Share& share,
-                                         const void* bias, Rows r, int64_t row) {
+__device__ __forceinline__ float bias_of(const Region& region, const Share& share, const void* bias,
+                                         Rows r, int64_t row) {
   if (bias == nullptr) return 0.0f;
-  const T* values = reinterpret_cast<const T*>(region + share.bias);
-  return to_float(values[row - (r.first & ~int64_t{7})]);
+  const auto index = static_cast<uint32_t>(row - (r.first & ~int64_t{7}));
+  return to_float(*reinterpret_cast<const T*>(
+      region.at(static_cast<uint32_t>(share.bias) + index * sizeof(T))));
 }
 
 // The item (head, chunk of frames) of this CTA's cross-attention; false: none.
@@ -464,38 +487,55 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
            product.gamma != nullptr ? norm_bytes : 0, product.gamma != nullptr ? norm_bytes : 0}};
 }
 
+// Phase `phase`'s copies piece by piece, and the bytes its region takes of the ring (0: it copies
+// nothing). None for the self-attention; for the cross-attention, box(to, column, row) for each
+// box of the CTA's chunk of frames (the keys' boxes, then the values'; `to` is the box's place in
+// the region, (column, row) its place in the window's tensor map); for a product,
+// run(to, from, bytes) for each of its runs (product_runs), in its share's layout.
+template <class T, class Box, class Run>
+__device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int phase, Box box,
+                                 Run run) {
+  const int kind = phase % kPhases, layer = phase / kPhases;
+  if (layer >= p.n_layers || kind == 1) return 0;
+  if (kind == 4) {
+    CrossItem item;
+    if (!cross_item(p, item)) return 0;
+    const int column =
+        static_cast<int>((layer * p.cross_layer_stride + item.head * kHeadDim) * sizeof(T));
+    for (int b = 0; b < 2 * p.cross_boxes; ++b) {
+      const bool values = b >= p.cross_boxes;
+      box(int64_t{b} * kSlice, column + (values ? p.cross_values_column : 0),
+          item.first + (b - (values ? p.cross_boxes : 0)) * kBoxRows);
+    }
+    return static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice));
+  }
+  Product product;
+  product_of(p, layers[layer], phase, product);
+  Runs runs;
+  product_runs<T>(p, product, runs);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (runs.bytes[i] > 0) run(runs.to[i], runs.from[i], runs.bytes[i]);
+  }
+  const Share share =
+      share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
+  return static_cast<uint32_t>(region_of(share.end));
+}
+
 // What phase `phase` copies: its slices (the copy warp issues them, the compute warps wait for
-// them) and the bytes its region takes of the ring (0: it copies nothing). None for the
-// self-attention; the boxes of the CTA's chunk of frames (keys and values) for the
-// cross-attention; the runs of a product in pieces of kSlice bytes, in its share's layout.
+// them: a box each, and a product's runs in pieces of kSlice bytes) and its region's bytes.
 struct Copies {
   int slices = 0;
   uint32_t bytes = 0;
 };
 template <class T>
 __device__ Copies copies_of(const Params& p, const StepLayer* layers, int phase) {
-  const int kind = phase % kPhases;
   Copies copies;
-  if (phase / kPhases >= p.n_layers || kind == 1) return copies;
-  if (kind == 4) {
-    CrossItem item;
-    if (cross_item(p, item)) {
-      copies.slices = 2 * p.cross_boxes;
-      copies.bytes = static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice));
-    }
-    return copies;
-  }
-  Product product;
-  product_of(p, layers[phase / kPhases], phase, product);
-  Runs runs;
-  product_runs<T>(p, product, runs);
-#pragma unroll
-  for (int run = 0; run < 4; ++run) {
-    copies.slices += static_cast<int>(ceil_div(runs.bytes[run], kSlice));
-  }
-  const Share share =
-      share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
-  copies.bytes = static_cast<uint32_t>(region_of(share.end));
+  copies.bytes = visit_copies<T>(
+      p, layers, phase, [&](int64_t, int, int) { ++copies.slices; },
+      [&](int64_t, const unsigned char*, int64_t bytes) {
+        copies.slices += static_cast<int>(ceil_div(bytes, kSlice));
+      });
   return copies;
 }
 
@@ -550,40 +590,34 @@ __device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const S
     return slot;
   };
   const int phases = p.n_layers * kPhases;
+  const auto ignore_box = [](int64_t, int, int) {};
+  const auto ignore_run = [](int64_t, const unsigned char*, int64_t) {};
   RingCursor ring;
   for (int phase = 0; phase < phases; ++phase) {
-    const uint32_t bytes = copies_of<T>(p, layers, phase).bytes;
+    const uint32_t bytes = visit_copies<T>(p, layers, phase, ignore_box, ignore_run);
     if (bytes == 0) continue;
-    const uint32_t start = ring.next(bytes, p.ring_bytes);
+    const uint32_t start = ring.next(bytes, p.ring_bytes, phase % kPhases == 4);
     if (ring.placed > p.ring_bytes) wait_ring(freed, ring.placed - p.ring_bytes);
-    unsigned char* region = shared + start % p.ring_bytes;
-    const int layer = phase / kPhases;
-    if (phase % kPhases == 4) {
-      // Boxes of kBoxRows frames of the window's tensor map (each copied whole: zeros past the
-      // frames), the keys' boxes, then the values'.
-      CrossItem item;
-      cross_item(p, item);
-      const int column =
-          static_cast<int>((layer * p.cross_layer_stride + item.head * kHeadDim) * sizeof(T));
-      for (int box = 0; box < 2 * p.cross_boxes; ++box) {
-        const bool values = box >= p.cross_boxes;
-        const int row = item.first + (box - (values ? p.cross_boxes : 0)) * kBoxRows;
-        tma_load(region + box * kSlice, cross_map, next_slot(kSlice),
-                 column + (values ? p.cross_values_column : 0), row);
-      }
-      continue;
-    }
-    Product product;
-    product_of(p, layers[layer], phase, product);
-    Runs runs;
-    product_runs<T>(p, product, runs);
-#pragma unroll
-    for (int run = 0; run < 4; ++run) {
-      for (int64_t at = 0; at < runs.bytes[run]; at += kSlice) {
-        const auto slice = static_cast<uint32_t>(min(kSlice, runs.bytes[run] - at));
-        bulk_load(region + runs.to[run] + at, runs.from[run] + at, slice, next_slot(slice));
-      }
-    }
+    const uint32_t region = start % p.ring_bytes;
+    // Boxes of kBoxRows frames of the window's tensor map (each copied whole: zeros past the
+    // frames; the region is contiguous); a product's runs in slices of kSlice bytes, a slice that
+    // the ring's end cuts in two copies, counted by one mbarrier.
+    visit_copies<T>(
+        p, layers, phase,
+        [&](int64_t to, int column, int row) {
+          tma_load(shared + region + to, cross_map, next_slot(kSlice), column, row);
+        },
+        [&](int64_t to, const unsigned char* from, int64_t run_bytes) {
+          for (int64_t at = 0; at < run_bytes; at += kSlice) {
+            const auto slice = static_cast<uint32_t>(min(kSlice, run_bytes - at));
+            uint64_t* slot = next_slot(slice);
+            auto target = static_cast<uint32_t>(region + to + at);
+            if (target >= p.ring_bytes) target -= p.ring_bytes;
+            const uint32_t first = min(slice, p.ring_bytes - target);
+            bulk_load(shared + target, from + at, first, slot);
+            if (first < slice) bulk_load(shared, from + at + first, slice - first, slot);
+          }
+        });
   }
 }
 
@@ -604,12 +638,10 @@ __device__ __forceinline__ float compute_max(float value, float* scratch) {
 // passes over registers), rounded to T, as layer_norm and decode_linear's staging compute it.
 // x: the tagged x carrying `tag`, or with tag 0 the step's input.
 template <class T>
-__device__ __noinline__ void norm_into(const Params& p, const unsigned char* region,
-                                       const Share& share, float eps, uint32_t tag, T* vector,
-                                       float* scratch) {
-  const auto* gamma = reinterpret_cast<const uint4*>(region + share.norm);
-  const auto* beta =
-      reinterpret_cast<const uint4*>(region + share.norm + round_up(p.d * sizeof(T), 16));
+__device__ __noinline__ void norm_into(const Params& p, const Region& region, const Share& share,
+                                       float eps, uint32_t tag, T* vector, float* scratch) {
+  const auto gamma = static_cast<uint32_t>(share.norm);
+  const auto beta = static_cast<uint32_t>(share.norm + round_up(p.d * sizeof(T), 16));
   const int64_t packs = p.d / kPack;
   const auto* x = static_cast<const uint4*>(p.x);
   float values[kMaxNormPacks][kPack];
@@ -628,8 +660,8 @@ __device__ __noinline__ void norm_into(const Params& p, const unsigned char* reg
     const int64_t pack = threadIdx.x + i * kComputeThreads;
     if (pack >= packs) continue;
     float g[kPack], b[kPack], out[kPack];
-    unpack8<T>(gamma[pack], g);
-    unpack8<T>(beta[pack], b);
+    unpack8<T>(*reinterpret_cast<const uint4*>(region.at(gamma + pack * 16)), g);
+    unpack8<T>(*reinterpret_cast<const uint4*>(region.at(beta + pack * 16)), b);
 #pragma unroll
     for (int j = 0; j < kPack; ++j) out[j] = (values[i][j] - row.mean) * row.inverse * g[j] + b[j];
     uint32_t words[4];
@@ -768,29 +800,40 @@ __device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, ui
   store_tagged<T>(context + threadIdx.x, weights > 0.0f ? sum[0] / weights : 0.0f, tag);
 }
 
-// The sums of a product's rows [first, end) from shared memory (`w`, rows of `depth`) times the
-// vector (shared memory) into sums[row − first], a warp a row. Not inlined, nor unrolled past a
-// few packs: one copy of this code serves every product. The whole step is one kernel, and with
-// each product's code inlined and unrolled its ~200 KB of instructions missed the instruction
-// cache in every phase (a third of the warps' samples, in Nsight Compute).
+// The sums of a product's rows [first, end) from its region of the ring (rows of `depth` from
+// its start) times the vector (shared memory) into sums[row − first], a warp a row. Not inlined,
+// nor unrolled past a few packs: one copy of this code serves every product. The whole step is
+// one kernel, and with each product's code inlined and unrolled its ~200 KB of instructions missed
+// the instruction cache in every phase (a third of the warps' samples, in Nsight Compute).
 template <class T>
-__device__ __noinline__ void product_sums(const unsigned char* w, Rows r, int64_t depth,
+__device__ __noinline__ void product_sums(const Region& region, Rows r, int64_t depth,
                                           const T* vector, float* sums) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int packs = static_cast<int>(depth / kPack);
+  const auto row_bytes = static_cast<uint32_t>(depth * sizeof(T));
   const auto* x = reinterpret_cast<const uint4*>(vector);
-  for (int64_t row = r.first + warp; row < r.end; row += kComputeWarps) {
-    const auto* w_row = reinterpret_cast<const uint4*>(w + (row - r.first) * depth * sizeof(T));
-    // Two sums, so that each lane's chain of dependent FMAs is half as long.
+  // A row's sum with its packs from load(pack). Two sums, so that each lane's chain of dependent
+  // FMAs is half as long.
+  const auto row_sum = [&](auto load) {
     float even = 0.0f, odd = 0.0f;
     int pack = lane;
 #pragma unroll 2
     for (; pack + 32 < packs; pack += 64) {
-      even = dot8<T>(w_row[pack], x[pack], even);
-      odd = dot8<T>(w_row[pack + 32], x[pack + 32], odd);
+      even = dot8<T>(load(pack), x[pack], even);
+      odd = dot8<T>(load(pack + 32), x[pack + 32], odd);
     }
-    if (pack < packs) even = dot8<T>(w_row[pack], x[pack], even);
-    const float sum = warp_sum(even + odd);
+    if (pack < packs) even = dot8<T>(load(pack), x[pack], even);
+    return warp_sum(even + odd);
+  };
+  for (int64_t row = r.first + warp; row < r.end; row += kComputeWarps) {
+    const auto offset = static_cast<uint32_t>(row - r.first) * row_bytes;
+    const auto* w_row = reinterpret_cast<const uint4*>(region.at(offset));
+    // A row that the ring's end cuts (at most one a turn of the ring) finds each pack's place.
+    const float sum = region.unbroken(offset, row_bytes)
+                          ? row_sum([&](int pack) { return w_row[pack]; })
+                          : row_sum([&](int pack) {
+                              return *reinterpret_cast<const uint4*>(region.at(offset + pack * 16));
+                            });
     if (lane == 0) sums[row - r.first] = sum;
   }
 }
@@ -853,8 +896,8 @@ __device__ void wait_rows(const unsigned long long* count, unsigned long long ta
 // within their phase, written again a layer later).
 template <class T, class Mark>
 __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w, int phase,
-                          const unsigned char* region, T* vector, float* own, float* scores,
-                          float* reduce, float* scratch, float* sums, Mark vector_ready) {
+                          const Region& region, T* vector, float* own, float* scores, float* reduce,
+                          float* scratch, float* sums, Mark vector_ready) {
   const int layer = phase / kPhases, kind = phase % kPhases;
   // The tags this phase writes (vectors, partials), and the one it reads (the previous phase's;
   // the first reads the step's input).
@@ -935,7 +978,7 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   if (!cross_item(p, item)) return;
   const int count = max(0, min(item.count, step.cross_length - item.first));
   wait_rows(p.head_rows + p.heads + item.head, (layer + 1ull) * kCrossRows);
-  const T* keys_here = reinterpret_cast<const T*>(region);
+  const T* keys_here = reinterpret_cast<const T*>(region.at(0));
   uint64_t* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
   attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
                    count, q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
@@ -993,7 +1036,7 @@ __global__ void __launch_bounds__(kThreads, 1)
                                  : nullptr;
   for (int phase = 0; phase < phases; ++phase) {
     const Copies copies = copies_of<T>(p, layers, phase);
-    const uint32_t start = ring.next(copies.bytes, p.ring_bytes);
+    const uint32_t start = ring.next(copies.bytes, p.ring_bytes, phase % kPhases == 4);
     for (int i = 0; i < copies.slices; ++i, ++waited) {
       barrier_wait(&slots[waited % p.slots], (waited / p.slots) & 1);
     }
@@ -1002,8 +1045,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto vector_ready = [&] {
       if (timed) p.timings[kMarks * phase + 1] = global_time();
     };
-    run_phase<T>(p, step, layers[phase / kPhases], phase, shared + start % p.ring_bytes, vector,
-                 own, scores, reduce, scratch, sums, vector_ready);
+    run_phase<T>(p, step, layers[phase / kPhases], phase,
+                 {shared, start % p.ring_bytes, p.ring_bytes}, vector, own, scores, reduce, scratch,
+                 sums, vector_ready);
     compute_sync();
     if (copies.bytes > 0 && threadIdx.x == 0) free_ring(freed, ring.placed);
     if (timed) p.timings[kMarks * phase + 2] = global_time();

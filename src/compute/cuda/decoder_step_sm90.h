@@ -12,8 +12,8 @@
 //
 // It gives the launches' tokens (the GPU suite passes with it on), but it is not yet faster: on an
 // H200 a large-v3 step takes 1.500 ms against the launches' 1.461, a turbo step 0.250 against
-// 0.235; on an H100 large-v3 1.562 against 1.575 (bench/RESULTS.md, forty-first session). The
-// Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
+// 0.235; on an H100 large-v3 1.578 against 1.591 (bench/RESULTS.md, forty-first and forty-second
+// sessions). The Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
 #pragma once
 
 #include <cuda_runtime.h>
