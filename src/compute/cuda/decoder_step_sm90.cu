@@ -560,9 +560,9 @@ __device__ __forceinline__ void wait_ring(const uint32_t* freed, uint32_t end) {
 
 // The copy warp's whole launch (its lane 0): every phase's slices in order, each counted by the
 // next mbarrier of the ring `slots`, into the phase's region of the ring of shared memory. The
-// regions follow each other through the ring (RingCursor: each contiguous, so that a product's rows
-// are), and a phase's region is copied into as soon as the compute warps have freed the bytes it
-// takes, however many phases ahead of theirs. At most p.slices_in_flight slices are in flight: the
+// regions follow each other through the ring, wrapping at its end (RingCursor), and a phase's
+// region is copied into as soon as the compute warps have freed the bytes it takes, however many
+// phases ahead of theirs. At most p.slices_in_flight slices are in flight: the
 // HBM queues the SMs' later loads behind the bytes already asked for (with grid barriers, ~100 KB
 // a CTA issued at once held up each barrier by the 4-5 µs they took to land; bench/RESULTS.md,
 // fortieth session).
