@@ -26,14 +26,7 @@ shift $(( $# >= 2 ? 2 : 1 ))
 stages=${*:-tests large bench transformers}
 mkdir -p "$out"
 
-# cuBLASLt comes from the CUDA toolkit or, failing that, from torch's wheels (nvidia/cu13/lib).
-cublas=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 /usr/local/cuda/targets/x86_64-linux/lib/libcublasLt.so.13 \
-  2>/dev/null | head -1)
-if [ -z "$cublas" ]; then
-  site=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-  cublas=$(find $site -path '*nvidia*' -name libcublasLt.so.13 2>/dev/null | head -1)
-fi
-[ -n "$cublas" ] && export LD_LIBRARY_PATH="$(dirname "$cublas"):${LD_LIBRARY_PATH:-}"
+source scripts/cublas-path.sh
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv > "$out/gpu.txt" 2>&1
 summary="$out/summary.txt"
 : > "$summary"

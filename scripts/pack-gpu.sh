@@ -8,6 +8,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 for pair in "$@"; do
   [[ "$pair" == *=* ]] || { echo "pack-gpu: expected TARGET=SOURCE, got $pair" >&2; exit 2; }
+  # A packed name stands for its target with each / as __.
+  [[ "${pair%%=*}" != *__* ]] || { echo "pack-gpu: a target may not hold __: $pair" >&2; exit 2; }
 done
 out=build-gpu-carry
 rm -rf "$out"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: puts back the binaries that scripts/pack-gpu.sh packed into
 # build-gpu-carry (with python's lzma: that machine may lack xz), puts cuBLASLt's folder on
-# LD_LIBRARY_PATH, then runs the command given, e.g.
+# LD_LIBRARY_PATH (scripts/cublas-path.sh), then runs the command given, e.g.
 #   scripts/unpack-gpu.sh bench/gpu.sh "$OUT" build-gpu tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +15,5 @@ for packed in sorted(glob.glob('build-gpu-carry/*.xz')):
     os.chmod(target, 0o755)
     print('unpack-gpu:', target)
 PY
-cublas=$(ls /usr/local/cuda/lib64/libcublasLt.so.13 \
-  /usr/local/cuda/targets/x86_64-linux/lib/libcublasLt.so.13 2>/dev/null | head -1 || true)
-if [ -n "$cublas" ]; then export LD_LIBRARY_PATH="$(dirname "$cublas"):${LD_LIBRARY_PATH:-}"; fi
+source scripts/cublas-path.sh
 if [ $# -gt 0 ]; then exec "$@"; fi
