@@ -186,7 +186,12 @@ if has experiments; then
   # INT8 frames from 60 windows and INT8 K/V below; step-kernel runs batch 1 as one persistent
   # launch (decoder_step_sm90.h; over native K/V, so against "native"), with CTA 0's time by
   # phase in its log; step-kernel-16 and -128 keep 16 or 128 KB of its copies in flight a CTA (64
-  # by default).
+  # by default); step-kernel-poll-256 and -1000 sleep that many ns between a tagged vector's
+  # tries (32 by default); step-kernel-copies and step-kernel-work time one side of it alone
+  # (HARK_CUDA_STEP_ONLY: the copies with nothing computed, the phases with nothing copied; the
+  # second with CTA 0's time by phase).
+  # HARK_EXP_DEADLINE (seconds since the script started) skips the runs that would start after
+  # it, so that the summary is written before the call's time runs out.
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
@@ -207,6 +212,10 @@ if has experiments; then
     "step-kernel|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_TIMING=1"
     "step-kernel-16|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=16"
     "step-kernel-128|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=128"
+    "step-kernel-poll-256|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_POLL_NS=256"
+    "step-kernel-poll-1000|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_POLL_NS=1000"
+    "step-kernel-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_ONLY=copies"
+    "step-kernel-work|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_ONLY=work HARK_CUDA_STEP_TIMING=1"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
@@ -219,6 +228,10 @@ if has experiments; then
       for binary in ${HARK_EXP_BASELINE:+"$HARK_EXP_BASELINE"} "$build/hark"; do
         label=$name
         [ "$binary" != "$build/hark" ] && label="$name@baseline"
+        if [ -n "${HARK_EXP_DEADLINE:-}" ] && [ "$SECONDS" -ge "$HARK_EXP_DEADLINE" ]; then
+          echo "-- $label, round $round: skipped (past HARK_EXP_DEADLINE at $SECONDS s)" >> "$summary"
+          continue
+        fi
         log="$out/experiment-$label-$round.log"
         env HARK_CUDA_CROSS_KV="${HARK_EXP_CROSS_KV:-int8}" $settings timeout 300 "$binary" \
           bench --device cuda --model "${HARK_EXP_MODEL:-large-v3}" --type "$type" \

@@ -45,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "base/error.h"
@@ -132,7 +133,19 @@ struct Params {
   // warp keeps in flight at most.
   int slots, slices_in_flight;
   int cross_boxes;  // boxes of kBoxRows frames in a cross-attention chunk, keys and values each
+  // The sleep between a tagged vector's loads that found a wrong tag (HARK_CUDA_STEP_POLL_NS; 32).
+  unsigned poll_ns;
+  // A diagnostic (HARK_CUDA_STEP_ONLY): kEverything, or one side of the step alone, to time it.
+  int only;
 };
+
+// HARK_CUDA_STEP_ONLY=copies: the copy warp streams every phase's bytes and the compute warps
+// free each region once its slices have landed, computing nothing (how fast the stream runs
+// alone). =work: the copy warp copies nothing, and the compute warps zero the ring once (the
+// values stay finite) and run every phase over it, waiting for no copy (how fast the phases and
+// their waits for each other run alone). Both leave the step's output meaningless: for timing
+// only.
+enum Only { kEverything = 0, kCopies = 1, kWork = 2 };
 
 // How a launch divides the work, from the shape and the number of CTAs (one an SM).
 struct Layout {
@@ -298,8 +311,8 @@ __device__ __forceinline__ unsigned long long global_time() {
 // Between the tries of a wait: a short sleep, and after 2 s a trap, since only a bug (a count or
 // a tag never reached) waits that long, and a trap fails the launch where a hang would stop the
 // GPU. `since`: 0 before the first try.
-__device__ __forceinline__ void pause_waiting(unsigned long long& since) {
-  __nanosleep(32);
+__device__ __forceinline__ void pause_waiting(unsigned long long& since, unsigned pause_ns = 32) {
+  __nanosleep(pause_ns);
   const unsigned long long now = global_time();
   if (since == 0) {
     since = now;
@@ -352,7 +365,8 @@ __device__ __forceinline__ uint4 load_relaxed(const uint32_t* at) {
 }
 
 // Values [8 · pack, 8 · pack + 8) of a tagged vector once they carry `tag`, as pairs.
-__device__ __forceinline__ uint4 load_tagged(const uint32_t* words, int64_t pack, uint32_t tag) {
+__device__ __forceinline__ uint4 load_tagged(const uint32_t* words, int64_t pack, uint32_t tag,
+                                             unsigned pause_ns) {
   const uint32_t* at = words + pack * kPack;
   unsigned long long since = 0;
   for (;;) {
@@ -364,7 +378,7 @@ __device__ __forceinline__ uint4 load_tagged(const uint32_t* words, int64_t pack
       return make_uint4((a.x & 0xffff) | (a.y << 16), (a.z & 0xffff) | (a.w << 16),
                         (b.x & 0xffff) | (b.y << 16), (b.z & 0xffff) | (b.w << 16));
     }
-    pause_waiting(since);
+    pause_waiting(since, pause_ns);
   }
 }
 
@@ -649,7 +663,8 @@ __device__ __noinline__ void norm_into(const Params& p, const Region& region, co
   for (int i = 0; i < kMaxNormPacks; ++i) {
     const int64_t pack = threadIdx.x + i * kComputeThreads;
     uint4 raw = make_uint4(0, 0, 0, 0);
-    if (pack < packs) raw = tag != 0 ? load_tagged(p.tagged_x, pack, tag) : __ldcg(x + pack);
+    if (pack < packs)
+      raw = tag != 0 ? load_tagged(p.tagged_x, pack, tag, p.poll_ns) : __ldcg(x + pack);
     unpack8<T>(raw, values[i]);
   }
   const RowStatistics row = row_statistics(
@@ -674,9 +689,10 @@ __device__ __noinline__ void norm_into(const Params& p, const Region& region, co
 
 // vector [width] := a tagged vector of the previous phase, once it carries `tag`.
 template <class T>
-__device__ void load_into(const uint32_t* words, int64_t width, uint32_t tag, T* vector) {
+__device__ void load_into(const uint32_t* words, int64_t width, uint32_t tag, unsigned pause_ns,
+                          T* vector) {
   for (int64_t pack = threadIdx.x; pack < width / kPack; pack += kComputeThreads) {
-    *reinterpret_cast<uint4*>(vector + pack * kPack) = load_tagged(words, pack, tag);
+    *reinterpret_cast<uint4*>(vector + pack * kPack) = load_tagged(words, pack, tag, pause_ns);
   }
 }
 
@@ -915,7 +931,8 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     if (product.gamma != nullptr) {
       norm_into<T>(p, region, share, product.eps, read_tag, vector, scratch);
     } else {
-      load_into<T>(kind == 7 ? p.tagged_hidden : p.tagged_context, product.depth, read_tag, vector);
+      load_into<T>(kind == 7 ? p.tagged_hidden : p.tagged_context, product.depth, read_tag,
+                   p.poll_ns, vector);
     }
     compute_sync();
     vector_ready();
@@ -1022,11 +1039,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x / 32 == kCopyWarp) {
-    copy_step<T>(p, &cross_map, layers, shared, slots, freed);
+    if (p.only != kWork) copy_step<T>(p, &cross_map, layers, shared, slots, freed);
     return;
   }
 
   const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0], __ldcg(p.launches)};
+  if (p.only == kWork) {  // zeros for weights: the step's values stay finite
+    for (uint32_t at = threadIdx.x * 16; at < p.ring_bytes; at += kComputeThreads * 16) {
+      *reinterpret_cast<uint4*>(shared + at) = make_uint4(0, 0, 0, 0);
+    }
+    compute_sync();
+  }
   const int phases = p.n_layers * kPhases;
   uint32_t waited = 0;  // slices
   RingCursor ring;      // as copy_step places the regions
@@ -1037,7 +1060,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int phase = 0; phase < phases; ++phase) {
     const Copies copies = copies_of<T>(p, layers, phase);
     const uint32_t start = ring.next(copies.bytes, p.ring_bytes, phase % kPhases == 4);
-    for (int i = 0; i < copies.slices; ++i, ++waited) {
+    for (int i = 0; i < copies.slices && p.only != kWork; ++i, ++waited) {
       barrier_wait(&slots[waited % p.slots], (waited / p.slots) & 1);
     }
     if (timed) p.timings[kMarks * phase] = global_time();
@@ -1045,9 +1068,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto vector_ready = [&] {
       if (timed) p.timings[kMarks * phase + 1] = global_time();
     };
-    run_phase<T>(p, step, layers[phase / kPhases], phase,
-                 {shared, start % p.ring_bytes, p.ring_bytes}, vector, own, scores, reduce, scratch,
-                 sums, vector_ready);
+    if (p.only != kCopies) {
+      run_phase<T>(p, step, layers[phase / kPhases], phase,
+                   {shared, start % p.ring_bytes, p.ring_bytes}, vector, own, scores, reduce,
+                   scratch, sums, vector_ready);
+    }
     compute_sync();
     if (copies.bytes > 0 && threadIdx.x == 0) free_ring(freed, ring.placed);
     if (timed) p.timings[kMarks * phase + 2] = global_time();
@@ -1142,6 +1167,12 @@ void print_timings(const unsigned long long* timings, int phases, int ctas, cuda
   }
 }
 
+// The environment's `name` as a positive number, or `fallback` where it is not one.
+int positive_setting(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : fallback;
+}
+
 }  // namespace
 
 bool decoder_step_runs(Element e, const StepShape& shape) {
@@ -1197,12 +1228,19 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   // The kilobytes a CTA's copy warp keeps in flight: 64, or HARK_CUDA_STEP_IN_FLIGHT's. With grid
   // barriers 16 was best (more held them up); without, large-v3 on an H200 stepped in 1.544 ms
   // with 16, 1.504 with 32, 1.500 with 64, 1.503 with 128 (bench/RESULTS.md, forty-first session).
-  static const int in_flight_kb = [] {
-    const char* value = std::getenv("HARK_CUDA_STEP_IN_FLIGHT");
-    return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : 64;
-  }();
+  static const int in_flight_kb = positive_setting("HARK_CUDA_STEP_IN_FLIGHT", 64);
   p.slices_in_flight =
       static_cast<int>(std::clamp<int64_t>(int64_t{in_flight_kb} * 1024 / kSlice, 1, l.slots / 2));
+  static const int poll_ns = positive_setting("HARK_CUDA_STEP_POLL_NS", 32);
+  p.poll_ns = static_cast<unsigned>(poll_ns);
+  static const int only = [] {
+    const char* value = std::getenv("HARK_CUDA_STEP_ONLY");
+    if (value == nullptr || *value == 0) return int{kEverything};
+    if (std::string(value) == "copies") return int{kCopies};
+    if (std::string(value) == "work") return int{kWork};
+    fail("HARK_CUDA_STEP_ONLY: expected copies or work, got ", value);
+  }();
+  p.only = only;
   p.keys = step.keys;
   p.values = step.values;
   p.cache_layer_stride = step.cache_layer_stride;
