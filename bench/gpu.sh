@@ -191,10 +191,12 @@ if has experiments; then
   # (HARK_CUDA_STEP_ONLY: the copies with nothing computed, the phases with nothing copied; the
   # second with CTA 0's time by phase).
   # HARK_EXP_DEADLINE (seconds since the script started) skips the runs that would start after
-  # it, so that the summary is written before the call's time runs out.
+  # it, so that the summary is written before the call's time runs out. The runs' logs go to
+  # OUT_DIR/experiments.tar.gz.
   # HARK_EXP_BASELINE names a second hark binary (a build before a change, carried beside
   # BUILD_DIR's): each variant then runs with it too, right before, as "name@baseline".
   echo "== experiments: the step's products, each way (step ms by batch)" | tee -a "$summary"
+  mkdir -p "$out/experiments"
   # name | weights | environment
   variants=(
     "default|f16|"
@@ -232,7 +234,7 @@ if has experiments; then
           echo "-- $label, round $round: skipped (past HARK_EXP_DEADLINE at $SECONDS s)" >> "$summary"
           continue
         fi
-        log="$out/experiment-$label-$round.log"
+        log="$out/experiments/$label-$round.log"
         env HARK_CUDA_CROSS_KV="${HARK_EXP_CROSS_KV:-int8}" $settings timeout 300 "$binary" \
           bench --device cuda --model "${HARK_EXP_MODEL:-large-v3}" --type "$type" \
           --batches "${HARK_EXP_BATCHES:-1,4,8,16,32}" --tokens 60 --windows 1 > "$log" 2>&1
@@ -242,6 +244,8 @@ if has experiments; then
       done
     done
   done
+  # A call brings back at most 8 files: the runs' logs go as one archive.
+  tar czf "$out/experiments.tar.gz" -C "$out" experiments && rm -rf "$out/experiments"
 fi
 
 if has parakeet; then
