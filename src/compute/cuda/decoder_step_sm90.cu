@@ -133,7 +133,8 @@ struct Params {
   // warp keeps in flight at most.
   int slots, slices_in_flight;
   int cross_boxes;  // boxes of kBoxRows frames in a cross-attention chunk, keys and values each
-  // The sleep between a tagged vector's loads that found a wrong tag (HARK_CUDA_STEP_POLL_NS; 32).
+  // The sleep between a tagged vector's loads that found a wrong tag (HARK_CUDA_STEP_POLL_NS;
+  // kPauseNs by default).
   unsigned poll_ns;
   // A diagnostic (HARK_CUDA_STEP_ONLY): kEverything, or one side of the step alone, to time it.
   int only;
@@ -311,7 +312,9 @@ __device__ __forceinline__ unsigned long long global_time() {
 // Between the tries of a wait: a short sleep, and after 2 s a trap, since only a bug (a count or
 // a tag never reached) waits that long, and a trap fails the launch where a hang would stop the
 // GPU. `since`: 0 before the first try.
-__device__ __forceinline__ void pause_waiting(unsigned long long& since, unsigned pause_ns = 32) {
+constexpr unsigned kPauseNs = 32;
+__device__ __forceinline__ void pause_waiting(unsigned long long& since,
+                                              unsigned pause_ns = kPauseNs) {
   __nanosleep(pause_ns);
   const unsigned long long now = global_time();
   if (since == 0) {
@@ -1231,7 +1234,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   static const int in_flight_kb = positive_setting("HARK_CUDA_STEP_IN_FLIGHT", 64);
   p.slices_in_flight =
       static_cast<int>(std::clamp<int64_t>(int64_t{in_flight_kb} * 1024 / kSlice, 1, l.slots / 2));
-  static const int poll_ns = positive_setting("HARK_CUDA_STEP_POLL_NS", 32);
+  static const int poll_ns = positive_setting("HARK_CUDA_STEP_POLL_NS", kPauseNs);
   p.poll_ns = static_cast<unsigned>(poll_ns);
   static const int only = [] {
     const char* value = std::getenv("HARK_CUDA_STEP_ONLY");
