@@ -90,5 +90,27 @@ INSTANTIATE_TEST_SUITE_P(Widths, WhisperCudaStepKernel,
                            return std::string(info.param.name);
                          });
 
+// Every Whisper size's step (its decoder at full capacity) fits the kernel's layout on an H100
+// SXM or H200 (132 SMs, 227 KB of shared memory a block), in F16 and BF16: a layout that grows
+// past it makes decoder_step_runs refuse the step, and HARK_CUDA_STEP_KERNEL=1 fall back to the
+// launch-per-op step. No GPU needed.
+TEST(WhisperCudaStepKernelLayout, EveryWhisperSizeFitsAHopperGpu) {
+  constexpr int kMultiprocessors = 132;
+  constexpr int64_t kSharedPerBlock = 227 * 1024;
+  for (const NamedConfig& named : reference_configs()) {
+    const compute::cuda::StepShape shape =
+        cuda::step_shape(named.config, named.config.max_target_positions);
+    for (const auto element : {compute::cuda::Element::f16, compute::cuda::Element::bf16}) {
+      EXPECT_TRUE(
+          compute::cuda::decoder_step_fits(element, shape, kMultiprocessors, kSharedPerBlock))
+          << named.name;
+    }
+    // With a tenth of the shared memory, no product's share fits twice.
+    EXPECT_FALSE(compute::cuda::decoder_step_fits(compute::cuda::Element::f16, shape,
+                                                  kMultiprocessors, kSharedPerBlock / 10))
+        << named.name;
+  }
+}
+
 }  // namespace
 }  // namespace hark::whisper

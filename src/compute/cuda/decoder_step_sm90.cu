@@ -119,11 +119,11 @@ struct Params {
   const int32_t* cross_lengths;
   int frames, cross_chunks, cross_chunk_frames, self_chunks;
   uint32_t ring_bytes;  // the ring of the copies (copy_step), at the start of shared memory
-  // Where the rest of shared memory lies: the layers' pointers, the input vector of a product,
-  // the CTA's rows of x (F32), a chunk's scores, the value sums of its warps, a reduction's
-  // scratch.
+  // Where the rest of shared memory lies: the layers' pointers, the input vector of a product (or
+  // in an attention a chunk's scores and the value sums of its warps), the CTA's rows of x (F32),
+  // a reduction's scratch, the mbarriers, a product's sums, the plan of the copies (layout_of).
   int64_t layers_offset, vector_offset, own_offset, scores_offset, reduce_offset, scratch_offset,
-      barriers_offset, sums_offset;
+      barriers_offset, sums_offset, plan_offset;
   // With HARK_CUDA_STEP_TIMING: CTA 0's clock (globaltimer, ns) at three points of each phase
   // [phases, kMarks] (its copies landed, its input vector ready, its work done), then each CTA's
   // at the end of its work [phases, ctas]; null otherwise.
@@ -155,6 +155,7 @@ struct Layout {
   int64_t ring_bytes = 0, most_region = 0, shared_bytes = 0, scratch_bytes = 0;
   int64_t layers_offset = 0, vector_offset = 0, own_offset = 0, scores_offset = 0;
   int64_t reduce_offset = 0, scratch_offset = 0, barriers_offset = 0, sums_offset = 0;
+  int64_t plan_offset = 0;
   // The scratch: first what must keep its place while the caches' capacity (and with it the
   // partials' size) changes, the count of launches, the heads' counts of rows (which each launch
   // leaves at 0); then q, the tagged vectors, the partials.
@@ -207,8 +208,17 @@ struct RingCursor {
   }
 };
 
+// A phase's copies as both sides of the CTA take them, worked out once a launch (plan_copies):
+// its region [start, end) in the running count of the ring's bytes (start == end: it copies
+// nothing), and its slices, from the count of slices before it. Working them out at each phase
+// (a chain of divisions and branches) cost ~0.4 µs of a product's phase on an H100
+// (bench/RESULTS.md, forty-fifth session).
+struct PhaseCopies {
+  uint32_t start, end, first_slice, slices;
+};
+
 // A phase's region as the compute warps read it: its bytes from `start` (an offset into the
-// ring), wrapping at the ring's end. A region is at most half the ring (decoder_step_runs).
+// ring), wrapping at the ring's end. A region is at most half the ring (decoder_step_fits).
 struct Region {
   const unsigned char* ring;
   uint32_t start, ring_bytes;
@@ -247,24 +257,28 @@ Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
   // and β and a last partial slice of W.
   l.slots =
       static_cast<int>(ceil_div(shared_limit, kSlice) + 4 * (shared_limit / least_region + 2));
-  // The rest of shared memory, at offsets from the ring's end: the layers' pointers, the product's
-  // input vector, the CTA's rows of x, the scores, the reductions' scratch, the mbarriers and the
-  // word that frees the ring, the product's sums.
-  const int64_t scores = std::max(l.cross_chunk_frames, kSelfChunk);
+  // The rest of shared memory, at offsets from the ring's end: the layers' pointers; the product's
+  // input vector, where an attention (which has none) keeps its scores and its warps' value
+  // sums instead; the CTA's rows of x, the reductions' scratch, the mbarriers and the word that
+  // frees the ring, the product's sums, the plan of the copies.
+  const int64_t scores = round_up(std::max(l.cross_chunk_frames, kSelfChunk) * 4, 16);
   l.layers_offset = 0;
   l.vector_offset =
       l.layers_offset + round_up(int64_t{s.layers} * static_cast<int64_t>(sizeof(StepLayer)), 16);
-  l.own_offset = l.vector_offset + round_up(std::max(s.d, s.ffn) * 2, 16);
-  l.scores_offset = l.own_offset + round_up(ceil_div(s.d, ctas) * 4, 16);
-  l.reduce_offset = l.scores_offset + round_up(scores * 4, 16);
-  l.scratch_offset = l.reduce_offset + kWarps * kHeadDim * 4;
+  l.scores_offset = l.vector_offset;
+  l.reduce_offset = l.scores_offset + scores;
+  l.own_offset = l.vector_offset +
+                 std::max(round_up(std::max(s.d, s.ffn) * 2, 16), scores + kWarps * kHeadDim * 4);
+  l.scratch_offset = l.own_offset + round_up(ceil_div(s.d, ctas) * 4, 16);
   l.barriers_offset = l.scratch_offset + 64 * 4;
   l.sums_offset = l.barriers_offset + round_up((int64_t{l.slots} + 1) * 8, 16);
-  const int64_t rest = l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * 4, 16);
+  l.plan_offset = l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * 4, 16);
+  const int64_t rest =
+      l.plan_offset + int64_t{s.layers} * kPhases * static_cast<int64_t>(sizeof(PhaseCopies));
   l.ring_bytes = std::max<int64_t>(0, (shared_limit - rest) / 128 * 128);
   for (int64_t* offset :
        {&l.layers_offset, &l.vector_offset, &l.own_offset, &l.scores_offset, &l.reduce_offset,
-        &l.scratch_offset, &l.barriers_offset, &l.sums_offset}) {
+        &l.scratch_offset, &l.barriers_offset, &l.sums_offset, &l.plan_offset}) {
     *offset += l.ring_bytes;
   }
   l.shared_bytes = l.ring_bytes + rest;
@@ -530,7 +544,8 @@ __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int p
   product_of(p, layers[layer], phase, product);
   Runs runs;
   product_runs<T>(p, product, runs);
-#pragma unroll
+  // Not unrolled: the copy warp's code stays one small loop (its copy_step had grown to 55 KB).
+#pragma unroll 1
   for (int i = 0; i < 4; ++i) {
     if (runs.bytes[i] > 0) run(runs.to[i], runs.from[i], runs.bytes[i]);
   }
@@ -556,6 +571,30 @@ __device__ Copies copies_of(const Params& p, const StepLayer* layers, int phase)
   return copies;
 }
 
+// plan [phases] := each phase's copies (PhaseCopies), by the whole block, before it splits: each
+// thread counts some phases' slices and bytes, then thread 0 places the regions in order as the
+// ring takes them.
+template <class T>
+__device__ void plan_copies(const Params& p, const StepLayer* layers, PhaseCopies* plan) {
+  const int phases = p.n_layers * kPhases;
+  __syncthreads();  // the layers' pointers are in place
+  for (int phase = threadIdx.x; phase < phases; phase += blockDim.x) {
+    const Copies copies = copies_of<T>(p, layers, phase);
+    plan[phase] = {0, copies.bytes, 0, static_cast<uint32_t>(copies.slices)};
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  RingCursor ring;
+  uint32_t slices = 0;
+  for (int phase = 0; phase < phases; ++phase) {
+    PhaseCopies& copies = plan[phase];
+    copies.start = ring.next(copies.end, p.ring_bytes, phase % kPhases == 4);
+    copies.end = ring.placed;
+    copies.first_slice = slices;
+    slices += copies.slices;
+  }
+}
+
 // The word through which the compute warps free the ring: the running count of bytes up to the
 // end of the last region they are done with.
 __device__ __forceinline__ void free_ring(uint32_t* freed, uint32_t end) {
@@ -575,9 +614,44 @@ __device__ __forceinline__ void wait_ring(const uint32_t* freed, uint32_t end) {
   }
 }
 
+// The copy warp's issuing: the ring of mbarriers `slots` (`count` of them), each arming the next
+// slice once the slice `in_flight` before it has landed, and the ring of shared memory.
+struct Copier {
+  uint64_t* slots;
+  uint32_t count, in_flight, issued;
+  unsigned char* ring;
+  uint32_t ring_bytes;
+  // The mbarrier of the next slice, armed for its bytes.
+  __device__ __forceinline__ uint64_t* next_slot(uint32_t bytes) {
+    if (issued >= in_flight) {
+      const uint32_t landed = issued - in_flight;
+      barrier_wait(&slots[landed % count], (landed / count) & 1);
+    }
+    uint64_t* slot = &slots[issued % count];
+    barrier_expect_bytes(slot, bytes);
+    ++issued;
+    return slot;
+  }
+};
+
+// A product's run of `bytes` from `from` to offset `to` of the ring, in slices of kSlice bytes,
+// each counted by an mbarrier; a slice that the ring's end cuts in two copies, counted by one.
+__device__ __noinline__ void copy_run(Copier& copier, uint32_t to, const unsigned char* from,
+                                      uint32_t bytes) {
+  for (uint32_t at = 0; at < bytes; at += kSlice) {
+    const uint32_t slice = min(static_cast<uint32_t>(kSlice), bytes - at);
+    uint64_t* slot = copier.next_slot(slice);
+    uint32_t target = to + at;
+    if (target >= copier.ring_bytes) target -= copier.ring_bytes;
+    const uint32_t first = min(slice, copier.ring_bytes - target);
+    bulk_load(copier.ring + target, from + at, first, slot);
+    if (first < slice) bulk_load(copier.ring, from + at + first, slice - first, slot);
+  }
+}
+
 // The copy warp's whole launch (its lane 0): every phase's slices in order, each counted by the
-// next mbarrier of the ring `slots`, into the phase's region of the ring of shared memory. The
-// regions follow each other through the ring, wrapping at its end (RingCursor), and a phase's
+// next mbarrier of the ring `slots`, into the phase's region of the ring of shared memory (plan).
+// The regions follow each other through the ring, wrapping at its end (RingCursor), and a phase's
 // region is copied into as soon as the compute warps have freed the bytes it takes, however many
 // phases ahead of theirs. At most p.slices_in_flight slices are in flight: the
 // HBM queues the SMs' later loads behind the bytes already asked for (with grid barriers, ~100 KB
@@ -588,52 +662,33 @@ __device__ __forceinline__ void wait_ring(const uint32_t* freed, uint32_t end) {
 // slices of the regions the ring holds at once (layout_of), and a region is freed only after its
 // phase, which waited for its slices.
 template <class T>
-__device__ void copy_step(const Params& p, const CUtensorMap* cross_map, const StepLayer* layers,
-                          unsigned char* shared, uint64_t* slots, const uint32_t* freed) {
+__device__ __noinline__ void copy_step(const Params& p, const CUtensorMap* cross_map,
+                                       const StepLayer* layers, const PhaseCopies* plan,
+                                       unsigned char* shared, uint64_t* slots,
+                                       const uint32_t* freed) {
   if (threadIdx.x % 32 != 0) return;
-  const auto count = static_cast<uint32_t>(p.slots);
-  const auto in_flight = static_cast<uint32_t>(p.slices_in_flight);
-  uint32_t issued = 0;
-  // The mbarrier of the next slice, armed for its bytes, once the slice `in_flight` before it
-  // has landed.
-  const auto next_slot = [&](uint32_t bytes) {
-    if (issued >= in_flight) {
-      const uint32_t landed = issued - in_flight;
-      barrier_wait(&slots[landed % count], (landed / count) & 1);
-    }
-    uint64_t* slot = &slots[issued % count];
-    barrier_expect_bytes(slot, bytes);
-    ++issued;
-    return slot;
-  };
+  Copier copier = {slots,
+                   static_cast<uint32_t>(p.slots),
+                   static_cast<uint32_t>(p.slices_in_flight),
+                   0,
+                   shared,
+                   p.ring_bytes};
   const int phases = p.n_layers * kPhases;
-  const auto ignore_box = [](int64_t, int, int) {};
-  const auto ignore_run = [](int64_t, const unsigned char*, int64_t) {};
-  RingCursor ring;
+#pragma unroll 1
   for (int phase = 0; phase < phases; ++phase) {
-    const uint32_t bytes = visit_copies<T>(p, layers, phase, ignore_box, ignore_run);
-    if (bytes == 0) continue;
-    const uint32_t start = ring.next(bytes, p.ring_bytes, phase % kPhases == 4);
-    if (ring.placed > p.ring_bytes) wait_ring(freed, ring.placed - p.ring_bytes);
-    const uint32_t region = start % p.ring_bytes;
+    const PhaseCopies copies = plan[phase];
+    if (copies.end == copies.start) continue;
+    if (copies.end > p.ring_bytes) wait_ring(freed, copies.end - p.ring_bytes);
+    const uint32_t region = copies.start % p.ring_bytes;
     // Boxes of kBoxRows frames of the window's tensor map (each copied whole: zeros past the
-    // frames; the region is contiguous); a product's runs in slices of kSlice bytes, a slice that
-    // the ring's end cuts in two copies, counted by one mbarrier.
+    // frames; the region is contiguous); a product's runs (copy_run).
     visit_copies<T>(
         p, layers, phase,
         [&](int64_t to, int column, int row) {
-          tma_load(shared + region + to, cross_map, next_slot(kSlice), column, row);
+          tma_load(shared + region + to, cross_map, copier.next_slot(kSlice), column, row);
         },
-        [&](int64_t to, const unsigned char* from, int64_t run_bytes) {
-          for (int64_t at = 0; at < run_bytes; at += kSlice) {
-            const auto slice = static_cast<uint32_t>(min(kSlice, run_bytes - at));
-            uint64_t* slot = next_slot(slice);
-            auto target = static_cast<uint32_t>(region + to + at);
-            if (target >= p.ring_bytes) target -= p.ring_bytes;
-            const uint32_t first = min(slice, p.ring_bytes - target);
-            bulk_load(shared + target, from + at, first, slot);
-            if (first < slice) bulk_load(shared, from + at + first, slice - first, slot);
-          }
+        [&](int64_t to, const unsigned char* from, int64_t bytes) {
+          copy_run(copier, static_cast<uint32_t>(region + to), from, static_cast<uint32_t>(bytes));
         });
   }
 }
@@ -699,14 +754,25 @@ __device__ void load_into(const uint32_t* words, int64_t width, uint32_t tag, un
   }
 }
 
+// Where a chunk's attention goes: its partial softmax, tagged, for the head's merge; or where the
+// head has a single chunk, the head's 64 values of the context itself, tagged, since merging one
+// partial divides its sums as the chunk can (and the merge's round trip through L2 is a wait of
+// the step's chain; bench/RESULTS.md, forty-fifth session).
+struct Attended {
+  uint64_t* partial;  // null: the context
+  uint32_t partial_tag;
+  uint32_t* context;
+  uint32_t context_tag;
+};
+
 // One chunk of a head's attention: `count` keys and values (rows `stride` apart, in shared or
 // global memory), the query q [64] from global memory; writes the partial softmax (the chunk's
-// maximum score, Σ e^(s − max), Σ e^(s − max) · v) to out, tagged. Ends with the block
-// synchronised.
+// maximum score, Σ e^(s − max), Σ e^(s − max) · v) or the context (Attended). Ends with the
+// block synchronised.
 template <class T, bool kGlobal>
 __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stride, int count,
                                     const void* q, float scale, float* scores, float* reduce,
-                                    float* scratch, uint64_t* out, uint32_t tag) {
+                                    float* scratch, const Attended& to) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 8, part = lane % 8;  // 4 keys a warp at once, 8 lanes a key
   float query[kPack];
@@ -751,7 +817,7 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   }
   *reinterpret_cast<float2*>(reduce + warp * kHeadDim + 2 * lane) = make_float2(low, high);
   compute_sync();
-  // Warp 0 writes the partial.
+  // Warp 0 writes the partial, or the context as merge_head would make it of this one partial.
   if (warp == 0) {
     float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll
@@ -760,11 +826,18 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
       sum.x += part.x;
       sum.y += part.y;
     }
-    store_partial(out + 2 + 2 * lane, sum.x, tag);
-    store_partial(out + 3 + 2 * lane, sum.y, tag);
-    if (lane == 0) {
-      store_partial(out, maximum, tag);
-      store_partial(out + 1, total, tag);
+    if (to.partial == nullptr) {
+      store_tagged<T>(to.context + 2 * lane, total > 0.0f ? sum.x / total : 0.0f, to.context_tag);
+      store_tagged<T>(to.context + 2 * lane + 1, total > 0.0f ? sum.y / total : 0.0f,
+                      to.context_tag);
+    } else {
+      uint64_t* out = to.partial;
+      store_partial(out + 2 + 2 * lane, sum.x, to.partial_tag);
+      store_partial(out + 3 + 2 * lane, sum.y, to.partial_tag);
+      if (lane == 0) {
+        store_partial(out, maximum, to.partial_tag);
+        store_partial(out + 1, total, to.partial_tag);
+      }
     }
   }
   compute_sync();
@@ -984,12 +1057,14 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       const int64_t at = int64_t{first} * d + head * kHeadDim;
       wait_rows(p.head_rows + head, (layer + 1ull) * kSelfRows);
       uint64_t* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
-      attend<T, true>(keys + at, values + at, d, min(kSelfChunk, step.length - first),
-                      q + head * kHeadDim, p.scale, scores, reduce, scratch,
-                      head_partials + chunk * kPartial, partials_tag);
+      uint32_t* context = p.tagged_context + head * kHeadDim;
+      attend<T, true>(
+          keys + at, values + at, d, min(kSelfChunk, step.length - first), q + head * kHeadDim,
+          p.scale, scores, reduce, scratch,
+          {chunks > 1 ? head_partials + chunk * kPartial : nullptr, partials_tag, context, tag});
       vector_ready();
-      if (chunk == 0) {
-        merge_head<T>(head_partials, chunks, partials_tag, p.tagged_context + head * kHeadDim, tag);
+      if (chunk == 0 && chunks > 1) {
+        merge_head<T>(head_partials, chunks, partials_tag, context, tag);
       }
     }
     return;
@@ -1000,13 +1075,15 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   wait_rows(p.head_rows + p.heads + item.head, (layer + 1ull) * kCrossRows);
   const T* keys_here = reinterpret_cast<const T*>(region.at(0));
   uint64_t* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
-  attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
-                   count, q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
-                   head_partials + item.chunk * kPartial, partials_tag);
+  uint32_t* context = p.tagged_context + item.head * kHeadDim;
+  const bool merged = p.cross_chunks > 1;
+  attend<T, false>(
+      keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim, count,
+      q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
+      {merged ? head_partials + item.chunk * kPartial : nullptr, partials_tag, context, tag});
   vector_ready();
-  if (item.chunk == 0) {
-    merge_head<T>(head_partials, p.cross_chunks, partials_tag,
-                  p.tagged_context + item.head * kHeadDim, tag);
+  if (item.chunk == 0 && merged) {
+    merge_head<T>(head_partials, p.cross_chunks, partials_tag, context, tag);
   }
 }
 
@@ -1026,6 +1103,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* reduce = reinterpret_cast<float*>(shared + p.reduce_offset);
   float* scratch = reinterpret_cast<float*>(shared + p.scratch_offset);
   float* sums = reinterpret_cast<float*>(shared + p.sums_offset);
+  auto* plan = reinterpret_cast<PhaseCopies*>(shared + p.plan_offset);
   // The layers' pointers, the CTA's rows of x and the step's position and lengths, once.
   const int layer_words = p.n_layers * static_cast<int>(sizeof(StepLayer) / 4);
   for (int i = threadIdx.x; i < layer_words; i += kThreads) {
@@ -1035,6 +1113,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t row = own_rows.first + threadIdx.x; row < own_rows.end; row += kThreads) {
     own[row - own_rows.first] = to_float(static_cast<const T*>(p.x)[row]);
   }
+  plan_copies<T>(p, layers, plan);
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < p.slots; ++slot) barrier_init(&slots[slot], 1);
     *freed = 0;
@@ -1042,7 +1121,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x / 32 == kCopyWarp) {
-    if (p.only != kWork) copy_step<T>(p, &cross_map, layers, shared, slots, freed);
+    if (p.only != kWork) copy_step<T>(p, &cross_map, layers, plan, shared, slots, freed);
     return;
   }
 
@@ -1054,17 +1133,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     compute_sync();
   }
   const int phases = p.n_layers * kPhases;
-  uint32_t waited = 0;  // slices
-  RingCursor ring;      // as copy_step places the regions
   const bool timed = p.timings != nullptr && blockIdx.x == 0 && threadIdx.x == 0;
   unsigned long long* done = p.timings != nullptr && threadIdx.x == 0
                                  ? p.timings + kMarks * p.n_layers * kPhases + blockIdx.x
                                  : nullptr;
   for (int phase = 0; phase < phases; ++phase) {
-    const Copies copies = copies_of<T>(p, layers, phase);
-    const uint32_t start = ring.next(copies.bytes, p.ring_bytes, phase % kPhases == 4);
-    for (int i = 0; i < copies.slices && p.only != kWork; ++i, ++waited) {
-      barrier_wait(&slots[waited % p.slots], (waited / p.slots) & 1);
+    const PhaseCopies copies = plan[phase];
+    for (uint32_t slice = copies.first_slice, end = slice + copies.slices;
+         slice < end && p.only != kWork; ++slice) {
+      barrier_wait(&slots[slice % p.slots], (slice / p.slots) & 1);
     }
     if (timed) p.timings[kMarks * phase] = global_time();
     // (HARK_CUDA_STEP_TIMING) The input vector is made; in an attention, the first partial.
@@ -1073,11 +1150,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     };
     if (p.only != kCopies) {
       run_phase<T>(p, step, layers[phase / kPhases], phase,
-                   {shared, start % p.ring_bytes, p.ring_bytes}, vector, own, scores, reduce,
+                   {shared, copies.start % p.ring_bytes, p.ring_bytes}, vector, own, scores, reduce,
                    scratch, sums, vector_ready);
     }
     compute_sync();
-    if (copies.bytes > 0 && threadIdx.x == 0) free_ring(freed, ring.placed);
+    if (copies.end > copies.start && threadIdx.x == 0) free_ring(freed, copies.end);
     if (timed) p.timings[kMarks * phase + 2] = global_time();
     if (done) done[phase * gridDim.x] = global_time();
   }
@@ -1178,9 +1255,10 @@ int positive_setting(const char* name, int fallback) {
 
 }  // namespace
 
-bool decoder_step_runs(Element e, const StepShape& shape) {
-  if (!shape_runs(e, shape) || !present() || !cooperative_launches()) return false;
-  const Layout l = layout_of(shape, multiprocessor_count(), shared_per_block());
+bool decoder_step_fits(Element e, const StepShape& shape, int multiprocessors,
+                       int64_t shared_per_block) {
+  if (!shape_runs(e, shape) || multiprocessors <= 0) return false;
+  const Layout l = layout_of(shape, multiprocessors, shared_per_block);
   // The ring must hold the largest region; twice that lets the copies run a phase ahead. Every
   // CTA must have rows of every product (d of them at least), since no vector is written again
   // before every CTA's rows of the next product show that it has read it (run_phase).
@@ -1190,7 +1268,16 @@ bool decoder_step_runs(Element e, const StepShape& shape) {
       l.ring_bytes < 2 * l.most_region) {
     return false;
   }
-  return e == Element::f16 ? fits<__half>(l.shared_bytes) : fits<bf16>(l.shared_bytes);
+  return true;
+}
+
+bool decoder_step_runs(Element e, const StepShape& shape) {
+  if (!present() || !cooperative_launches() ||
+      !decoder_step_fits(e, shape, multiprocessor_count(), shared_per_block())) {
+    return false;
+  }
+  const int64_t bytes = layout_of(shape, multiprocessor_count(), shared_per_block()).shared_bytes;
+  return e == Element::f16 ? fits<__half>(bytes) : fits<bf16>(bytes);
 }
 
 size_t decoder_step_scratch_bytes(const StepShape& shape) {
@@ -1264,6 +1351,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.scratch_offset = l.scratch_offset;
   p.barriers_offset = l.barriers_offset;
   p.sums_offset = l.sums_offset;
+  p.plan_offset = l.plan_offset;
 
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(l.ctas));

@@ -10,10 +10,11 @@
 // cross-attention's keys and values, which do not change during decoding either) into a ring of
 // shared memory, as far ahead as the ring holds, with few bytes in flight at a time.
 //
-// It gives the launches' tokens (the GPU suite passes with it on), but it is not yet faster: on an
-// H200 a large-v3 step takes 1.500 ms against the launches' 1.461, a turbo step 0.250 against
-// 0.235; on an H100 large-v3 1.578 against 1.591 (bench/RESULTS.md, forty-first and forty-second
-// sessions). The Whisper decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
+// It gives the launches' tokens (the GPU suite passes with it on). On an H100 it is faster than
+// them for large-v3 (1.48 ms against 1.58) and level for turbo (0.257 against 0.258); on an H200
+// it was slower in its last measured form (large-v3 1.500 against 1.461, turbo 0.250 against
+// 0.235: bench/RESULTS.md, forty-first and forty-fifth sessions). The Whisper decoder takes it
+// only with HARK_CUDA_STEP_KERNEL=1.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -84,8 +85,13 @@ struct DecoderStep {
 
 // Whether decoder_step runs such a step on this GPU: an H100/H200, 16-bit elements, heads of 64
 // values, d up to 3584 and ffn multiples of 8, no more heads than SMs, and each CTA's largest
-// share of a phase twice in its shared memory. Every Whisper size fits an H100.
+// share of a phase twice in its shared memory. Every Whisper size fits an H100 SXM or H200.
 bool decoder_step_runs(Element e, const StepShape& shape);
+// decoder_step_runs's test of the shape and the layout alone, for a GPU of `multiprocessors`
+// SMs (a CTA each) and `shared_per_block` bytes of shared memory a block: no GPU is needed
+// (the tests check every Whisper size against an H100's 132 SMs and 227 KB).
+bool decoder_step_fits(Element e, const StepShape& shape, int multiprocessors,
+                       int64_t shared_per_block);
 size_t decoder_step_scratch_bytes(const StepShape& shape);
 
 // Runs the step (a cooperative launch: every CTA is resident at once). Pointers must be 16-byte
