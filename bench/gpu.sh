@@ -12,7 +12,8 @@
 # the runs hark bench brackets, large-v3 batch 1, 16, 64 and 120 (F16, the last int8-auto; Q8_0
 # at 1 and 16) and the Parakeet batch, summed by name by bench/ncu_summary.py, and for Whisper
 # the last decode step's alone), sections (Nsight Compute's sections for one kernel: HARK_NCU_KERNEL,
-# HARK_NCU_RUN; see the stage), experiments (the step's products each way, against the
+# HARK_NCU_RUN; see the stage), stalls (where that kernel's warps wait, by reason and by SASS
+# instruction: bench/ncu_stalls.py), experiments (the step's products each way, against the
 # default: large-v3's step at batch 1-32; HARK_EXP_BASELINE adds a second binary), hour (an hour of audio through hark run with random-weight
 # large-v3-turbo and large-v3 checkpoints), short (30-s and 5-min files through hark run in the
 # sequential mode, same checkpoints). Default: the first four. Full logs go
@@ -350,6 +351,29 @@ if has sections; then
   echo "-- $kernel in: $run (exit $?)" >> "$summary"
   grep -E "^  [^ ].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Achieved Active Warps|Block Limit" \
     "$out/sections.log" | cut -c1-160 >> "$summary"
+fi
+
+if has stalls; then
+  # Where one kernel's warps wait: Nsight Compute's stall reasons and its warp samples by SASS
+  # instruction for the first launch matching HARK_NCU_KERNEL after HARK_NCU_SKIP (default 3)
+  # others, in the runs hark bench brackets with HARK_NCU_RUN (the sections stage's defaults),
+  # summed by bench/ncu_stalls.py. E.g. the one-launch step: HARK_NCU_KERNEL=decoder_step_kernel
+  # HARK_NCU_RUN='--model large-v3 --type f16 --batches 1 --tokens 12 --windows 1'
+  # HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 (bench/RESULTS.md, forty-fifth session).
+  echo "== Nsight Compute: warp stalls of one kernel" | tee -a "$summary"
+  kernel=${HARK_NCU_KERNEL:-decode_attention_kernel<__half, signed char}
+  run=${HARK_NCU_RUN:---model large-v3 --type f16 --batches 64 --tokens 3 --windows 1}
+  report="$out/stalls"
+  HARK_CUDA_CROSS_KV=${HARK_CUDA_CROSS_KV:-int8} timeout 400 "$ncu" --profile-from-start off \
+    --clock-control none --kernel-name-base demangled --kernel-name "regex:$kernel" \
+    --launch-skip "${HARK_NCU_SKIP:-3}" --launch-count 1 --section SourceCounters \
+    --section WarpStateStats --metrics 'regex:smsp__warp_issue_stalled_.*_per_warp_active.pct$' \
+    -o "$report" "$build/hark" bench --device cuda $run > "$out/stalls.log" 2>&1
+  echo "-- $kernel in: $run (exit $?)" >> "$summary"
+  "$ncu" -i "$report.ncu-rep" --page raw --csv > "$out/stalls-raw.csv" 2>> "$out/stalls.log"
+  "$ncu" -i "$report.ncu-rep" --page source --csv --print-source sass > "$out/stalls-sass.csv" \
+    2>> "$out/stalls.log"
+  python3 bench/ncu_stalls.py "$out/stalls-raw.csv" "$out/stalls-sass.csv" 20 >> "$summary" 2>&1
 fi
 
 if has transformers; then
