@@ -636,8 +636,10 @@ struct Copier {
 
 // A product's run of `bytes` from `from` to offset `to` of the ring, in slices of kSlice bytes,
 // each counted by an mbarrier; a slice that the ring's end cuts in two copies, counted by one.
-__device__ __noinline__ void copy_run(Copier& copier, uint32_t to, const unsigned char* from,
-                                      uint32_t bytes) {
+// Inlined (called once, in visit_copies's loop over the runs, which is not unrolled): out of line,
+// the copier went through the stack, and its fields were loaded again around each slice's copies.
+__device__ __forceinline__ void copy_run(Copier& copier, uint32_t to, const unsigned char* from,
+                                         uint32_t bytes) {
   for (uint32_t at = 0; at < bytes; at += kSlice) {
     const uint32_t slice = min(static_cast<uint32_t>(kSlice), bytes - at);
     uint64_t* slot = copier.next_slot(slice);
