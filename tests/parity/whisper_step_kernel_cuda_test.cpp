@@ -3,7 +3,7 @@
 // random models of Whisper's real widths: the same greedy tokens over more than one chunk of
 // self-attention positions, and the same log-probabilities within F16/BF16 rounding. The tiny
 // test checkpoints have heads of 16 values, which the kernel does not take. Skipped without a
-// GPU.
+// GPU, but for the check of the kernel's layout, which needs none.
 #include <gtest/gtest.h>
 
 #include <cmath>
