@@ -33,7 +33,10 @@ summary="$out/summary.txt"
 : > "$summary"
 
 has() { [[ " $stages " == *" $1 "* ]]; }
-ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)  # the ncu and sections stages
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)  # the ncu, sections and stalls stages
+# The sections and stalls stages' kernel (a regex on demangled names) and hark bench run.
+ncu_kernel=${HARK_NCU_KERNEL:-decode_attention_kernel<__half, signed char}
+ncu_run=${HARK_NCU_RUN:---model large-v3 --type f16 --batches 64 --tokens 3 --windows 1}
 
 if has parakeet-oracle; then
   echo "== Parakeet oracle (transformers references)" | tee -a "$summary"
@@ -342,13 +345,11 @@ if has sections; then
   # with the arguments HARK_NCU_RUN (default large-v3 at batch 64; INT8 K/V unless the
   # environment's HARK_CUDA_CROSS_KV says otherwise).
   echo "== Nsight Compute: sections of one kernel" | tee -a "$summary"
-  kernel=${HARK_NCU_KERNEL:-decode_attention_kernel<__half, signed char}
-  run=${HARK_NCU_RUN:---model large-v3 --type f16 --batches 64 --tokens 3 --windows 1}
   HARK_CUDA_CROSS_KV=${HARK_CUDA_CROSS_KV:-int8} timeout 400 "$ncu" --profile-from-start off \
-    --clock-control none --kernel-name-base demangled --kernel-name "regex:$kernel" \
+    --clock-control none --kernel-name-base demangled --kernel-name "regex:$ncu_kernel" \
     --launch-count 1 --section SpeedOfLight --section SchedulerStats --section WarpStateStats \
-    --section Occupancy "$build/hark" bench --device cuda $run > "$out/sections.log" 2>&1
-  echo "-- $kernel in: $run (exit $?)" >> "$summary"
+    --section Occupancy "$build/hark" bench --device cuda $ncu_run > "$out/sections.log" 2>&1
+  echo "-- $ncu_kernel in: $ncu_run (exit $?)" >> "$summary"
   grep -E "^  [^ ].*\(|Duration|DRAM Throughput|Compute \(SM\) Throughput|Issued Warp|No Eligible|Warp Cycles Per Issued|Achieved Active Warps|Block Limit" \
     "$out/sections.log" | cut -c1-160 >> "$summary"
 fi
@@ -361,15 +362,13 @@ if has stalls; then
   # HARK_NCU_RUN='--model large-v3 --type f16 --batches 1 --tokens 12 --windows 1'
   # HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 (bench/RESULTS.md, forty-fifth session).
   echo "== Nsight Compute: warp stalls of one kernel" | tee -a "$summary"
-  kernel=${HARK_NCU_KERNEL:-decode_attention_kernel<__half, signed char}
-  run=${HARK_NCU_RUN:---model large-v3 --type f16 --batches 64 --tokens 3 --windows 1}
   report="$out/stalls"
   HARK_CUDA_CROSS_KV=${HARK_CUDA_CROSS_KV:-int8} timeout 400 "$ncu" --profile-from-start off \
-    --clock-control none --kernel-name-base demangled --kernel-name "regex:$kernel" \
+    --clock-control none --kernel-name-base demangled --kernel-name "regex:$ncu_kernel" \
     --launch-skip "${HARK_NCU_SKIP:-3}" --launch-count 1 --section SourceCounters \
     --section WarpStateStats --metrics 'regex:smsp__warp_issue_stalled_.*_per_warp_active.pct$' \
-    -o "$report" "$build/hark" bench --device cuda $run > "$out/stalls.log" 2>&1
-  echo "-- $kernel in: $run (exit $?)" >> "$summary"
+    -o "$report" "$build/hark" bench --device cuda $ncu_run > "$out/stalls.log" 2>&1
+  echo "-- $ncu_kernel in: $ncu_run (exit $?)" >> "$summary"
   "$ncu" -i "$report.ncu-rep" --page raw --csv > "$out/stalls-raw.csv" 2>> "$out/stalls.log"
   "$ncu" -i "$report.ncu-rep" --page source --csv --print-source sass > "$out/stalls-sass.csv" \
     2>> "$out/stalls.log"

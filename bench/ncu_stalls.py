@@ -47,7 +47,10 @@ def stall_reasons(path):
 
 def sass_listing(path):
     rows = list(csv.reader(open(path, newline="")))
-    header_index = next(i for i, row in enumerate(rows) if "Address" in row and "Source" in row)
+    header_index = next((i for i, row in enumerate(rows) if "Address" in row and "Source" in row),
+                        None)
+    if header_index is None:
+        return []
     header = rows[header_index]
     samples = header.index("Warp Stall Sampling (All Samples)")
     source = header.index("Source")
@@ -69,8 +72,11 @@ def main():
     top = int(sys.argv[3]) if len(sys.argv) > 3 else 20
     reasons = stall_reasons(sys.argv[1])
     print("stalls (% of the active warps' cycles): " +
-          ", ".join(f"{name} {share:.1f}" for share, name in reasons[:12]))
+          (", ".join(f"{name} {share:.1f}" for share, name in reasons[:12]) or "none in the report"))
     listing = sass_listing(sys.argv[2])
+    if not listing:
+        sys.exit("no SASS in the report: no launch matched the kernel's name, or it was not "
+                 "profiled (its log says which)")
     total = sum(count for count, _, _ in listing) or 1
     print(f"{len(listing)} SASS instructions, {total} samples; stretches with 1 % or more:")
     first, stretch = 0, 0

@@ -190,31 +190,14 @@ __host__ __device__ constexpr int64_t region_of(int64_t bytes) {
   return round_up(bytes, 128);
 }
 
-// The phases' regions of the ring in order, as the copy warp and the compute warps both place
-// them: `placed` is the running count of the ring's bytes, and a region starts where the last
-// ended, wrapping at the ring's end (regions are multiples of 128 bytes, and so are their
-// starts). Only a `contiguous` region (the cross-attention's boxes, which the attention reads as
-// two arrays) starts at the ring's next turn where it would cross its end. Wrapping lets the
-// largest products' regions follow each other: large-v3's fc1 and fc2 take 208 KB a CTA
-// together, nearly all of its 210, so that with every region contiguous fc2's copies could
-// start only once fc1 was done (bench/RESULTS.md, forty-second session).
-struct RingCursor {
-  uint32_t placed = 0;
-  __device__ uint32_t next(uint32_t bytes, uint32_t ring, bool contiguous) {
-    const uint32_t start =
-        !contiguous || placed % ring + bytes <= ring ? placed : placed + (ring - placed % ring);
-    placed = start + bytes;
-    return start;
-  }
-};
-
 // A phase's copies as both sides of the CTA take them, worked out once a launch (plan_copies):
-// its region [start, end) in the running count of the ring's bytes (start == end: it copies
-// nothing), and its slices, from the count of slices before it. Working them out at each phase
-// (a chain of divisions and branches) cost ~0.4 µs of a product's phase on an H100
-// (bench/RESULTS.md, forty-fifth session).
+// its region's place in the ring (`offset`, in bytes from the ring's start) and its end in the
+// running count of the ring's bytes, which the compute warps free it by; and its slices (0: it
+// copies nothing), from the count of slices before it. Working them out at each phase (a chain of
+// divisions and branches) cost ~0.4 µs of a product's phase on an H100 (bench/RESULTS.md,
+// forty-fifth session).
 struct PhaseCopies {
-  uint32_t start, end, first_slice, slices;
+  uint32_t offset, end, first_slice, slices;
 };
 
 // A phase's region as the compute warps read it: its bytes from `start` (an offset into the
@@ -572,24 +555,40 @@ __device__ Copies copies_of(const Params& p, const StepLayer* layers, int phase)
 }
 
 // plan [phases] := each phase's copies (PhaseCopies), by the whole block, before it splits: each
-// thread counts some phases' slices and bytes, then thread 0 places the regions in order as the
-// ring takes them.
+// thread counts some phases' slices and bytes, then thread 0 places the regions in order.
+//
+// A region starts where the last ended, wrapping at the ring's end (regions are multiples of 128
+// bytes, and so are their places). Only a cross-attention's region (its boxes, which the
+// attention reads as two arrays) starts at the ring's next turn where it would cross its end.
+// Wrapping lets the largest products' regions follow each other: large-v3's fc1 and fc2 take 208
+// KB a CTA together, nearly all of its 210, so that with every region contiguous fc2's copies
+// could start only once fc1 was done (bench/RESULTS.md, forty-second session).
 template <class T>
 __device__ void plan_copies(const Params& p, const StepLayer* layers, PhaseCopies* plan) {
   const int phases = p.n_layers * kPhases;
   __syncthreads();  // the layers' pointers are in place
   for (int phase = threadIdx.x; phase < phases; phase += blockDim.x) {
     const Copies copies = copies_of<T>(p, layers, phase);
+    // (`end` holds the region's bytes until thread 0 places it.)
     plan[phase] = {0, copies.bytes, 0, static_cast<uint32_t>(copies.slices)};
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
-  RingCursor ring;
-  uint32_t slices = 0;
+  // The running count of the ring's bytes and where it stands in the ring: a region is at most
+  // half the ring (decoder_step_fits), so one subtraction wraps it, and no division is needed.
+  uint32_t placed = 0, offset = 0, slices = 0;
   for (int phase = 0; phase < phases; ++phase) {
     PhaseCopies& copies = plan[phase];
-    copies.start = ring.next(copies.end, p.ring_bytes, phase % kPhases == 4);
-    copies.end = ring.placed;
+    const uint32_t bytes = copies.end;
+    if (phase % kPhases == 4 && offset + bytes > p.ring_bytes) {
+      placed += p.ring_bytes - offset;
+      offset = 0;
+    }
+    copies.offset = offset;
+    placed += bytes;
+    offset += bytes;
+    if (offset >= p.ring_bytes) offset -= p.ring_bytes;
+    copies.end = placed;
     copies.first_slice = slices;
     slices += copies.slices;
   }
@@ -653,7 +652,7 @@ __device__ __forceinline__ void copy_run(Copier& copier, uint32_t to, const unsi
 
 // The copy warp's whole launch (its lane 0): every phase's slices in order, each counted by the
 // next mbarrier of the ring `slots`, into the phase's region of the ring of shared memory (plan).
-// The regions follow each other through the ring, wrapping at its end (RingCursor), and a phase's
+// The regions follow each other through the ring, wrapping at its end (plan_copies), and a phase's
 // region is copied into as soon as the compute warps have freed the bytes it takes, however many
 // phases ahead of theirs. At most p.slices_in_flight slices are in flight: the
 // HBM queues the SMs' later loads behind the bytes already asked for (with grid barriers, ~100 KB
@@ -679,9 +678,9 @@ __device__ __noinline__ void copy_step(const Params& p, const CUtensorMap* cross
 #pragma unroll 1
   for (int phase = 0; phase < phases; ++phase) {
     const PhaseCopies copies = plan[phase];
-    if (copies.end == copies.start) continue;
+    if (copies.slices == 0) continue;
     if (copies.end > p.ring_bytes) wait_ring(freed, copies.end - p.ring_bytes);
-    const uint32_t region = copies.start % p.ring_bytes;
+    const uint32_t region = copies.offset;
     // Boxes of kBoxRows frames of the window's tensor map (each copied whole: zeros past the
     // frames; the region is contiguous); a product's runs (copy_run).
     visit_copies<T>(
@@ -1151,12 +1150,11 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (timed) p.timings[kMarks * phase + 1] = global_time();
     };
     if (p.only != kCopies) {
-      run_phase<T>(p, step, layers[phase / kPhases], phase,
-                   {shared, copies.start % p.ring_bytes, p.ring_bytes}, vector, own, scores, reduce,
-                   scratch, sums, vector_ready);
+      run_phase<T>(p, step, layers[phase / kPhases], phase, {shared, copies.offset, p.ring_bytes},
+                   vector, own, scores, reduce, scratch, sums, vector_ready);
     }
     compute_sync();
-    if (copies.end > copies.start && threadIdx.x == 0) free_ring(freed, copies.end);
+    if (copies.slices > 0 && threadIdx.x == 0) free_ring(freed, copies.end);
     if (timed) p.timings[kMarks * phase + 2] = global_time();
     if (done) done[phase * gridDim.x] = global_time();
   }
@@ -1255,31 +1253,29 @@ int positive_setting(const char* name, int fallback) {
   return value != nullptr && std::atoi(value) > 0 ? std::atoi(value) : fallback;
 }
 
+// Whether a launch of `l` takes the step of `shape`. The ring must hold the largest region; twice
+// that lets the copies run a phase ahead. Every CTA must have rows of every product (d of them at
+// least), since no vector is written again before every CTA's rows of the next product show that
+// it has read it (run_phase). A head's first chunk waits for the others' partials, which must not
+// wait behind it on the same CTA: at most one self-attention chunk a head for each CTA.
+bool layout_fits(const StepShape& shape, const Layout& l) {
+  return shape.heads <= l.ctas && shape.d >= l.ctas && l.self_chunks <= l.ctas &&
+         l.ring_bytes >= 2 * l.most_region;
+}
+
 }  // namespace
 
 bool decoder_step_fits(Element e, const StepShape& shape, int multiprocessors,
                        int64_t shared_per_block) {
-  if (!shape_runs(e, shape) || multiprocessors <= 0) return false;
-  const Layout l = layout_of(shape, multiprocessors, shared_per_block);
-  // The ring must hold the largest region; twice that lets the copies run a phase ahead. Every
-  // CTA must have rows of every product (d of them at least), since no vector is written again
-  // before every CTA's rows of the next product show that it has read it (run_phase).
-  // A head's first chunk waits for the others' partials, which must not wait behind it on the
-  // same CTA: at most one self-attention chunk a head for each CTA.
-  if (shape.heads > l.ctas || shape.d < l.ctas || l.self_chunks > l.ctas ||
-      l.ring_bytes < 2 * l.most_region) {
-    return false;
-  }
-  return true;
+  return shape_runs(e, shape) && multiprocessors > 0 &&
+         layout_fits(shape, layout_of(shape, multiprocessors, shared_per_block));
 }
 
 bool decoder_step_runs(Element e, const StepShape& shape) {
-  if (!present() || !cooperative_launches() ||
-      !decoder_step_fits(e, shape, multiprocessor_count(), shared_per_block())) {
-    return false;
-  }
-  const int64_t bytes = layout_of(shape, multiprocessor_count(), shared_per_block()).shared_bytes;
-  return e == Element::f16 ? fits<__half>(bytes) : fits<bf16>(bytes);
+  if (!shape_runs(e, shape) || !present() || !cooperative_launches()) return false;
+  const Layout l = layout_of(shape, multiprocessor_count(), shared_per_block());
+  return layout_fits(shape, l) &&
+         (e == Element::f16 ? fits<__half>(l.shared_bytes) : fits<bf16>(l.shared_bytes));
 }
 
 size_t decoder_step_scratch_bytes(const StepShape& shape) {
