@@ -16,20 +16,20 @@
 // loads the context or the hidden vector), since each output row needs all of it. No grid-wide
 // barrier separates the phases: x, the context and the hidden vector go as tagged vectors (each
 // value with a tag naming the phase that wrote it; a reader loads until the tags are right), and
-// an attention waits only for its head's rows of q (and k, v), counted per head. Its CTAs write
-// their partial softmaxes tagged too, and the CTA of the head's first chunk merges them into the
-// context.
+// so do q, k and v, of which an attention loads only its head's rows. Its CTAs write their
+// partial softmaxes tagged too, and every CTA of the next phase merges them into the context it
+// reads.
 //
-// What a phase reads that no phase writes (the weights, biases, γ and β; the cross-attention's
-// keys and values) is copied by the copy warp into a ring that takes most of shared memory, each
-// phase's into a region of its own after the previous phase's, as soon as the compute warps have
-// freed the bytes (however many phases ahead), in slices of 8 KB with only a few in flight at
-// once (copy_step says why). A product's share then comes from shared memory.
+// What a phase reads that no phase of the step writes (the weights, biases, γ and β; the
+// cross-attention's keys and values; the self-attention's of the positions before the step's) is
+// copied by the copy warp into a ring that takes most of shared memory, each phase's into a
+// region of its own after the previous phase's, as soon as the compute warps have freed the bytes
+// (however many phases ahead), in slices of 8 KB with only a few in flight at once (copy_step
+// says why). A product's share then comes from shared memory.
 //
-// What the CTAs hand each other (the tagged vectors, q, the caches' new row, the partial
-// softmaxes) goes through L2, read by loads that bypass L1 (ld.global.cg, or relaxed at the GPU's
-// scope), so that no stale line of an SM's L1 is read. Each CTA keeps its own rows of x (the
-// residual) in shared memory.
+// What the CTAs hand each other (the tagged vectors, the partial softmaxes) goes through L2,
+// read by loads that bypass L1 (relaxed at the GPU's scope), so that no stale line of an SM's L1
+// is read. Each CTA keeps its own rows of x (the residual) in shared memory.
 //
 // Rounding follows the launch-per-op step: the normalised vector, q, the attention's output,
 // each product's output (after bias, GELU and residual) are rounded to the element type, and
@@ -88,9 +88,11 @@ struct Params {
   int64_t d, ffn;
   float scale;
   void* x;  // the step's input, and its output after the last layer
-  void* q;
   // What every CTA reads whole goes as tagged vectors (see vector_tag): x after each residual, the
-  // attention's output merged (the context), the hidden vector of the feed-forward.
+  // attention's output merged (the context), the hidden vector of the feed-forward. What an
+  // attention reads of a product's rows goes tagged too: the self-attention's q, and this step's k
+  // and v (which also go into the caches, for the later steps), then the cross-attention's q.
+  uint32_t* tagged_qkv;      // [3 · d]
   uint32_t* tagged_x;        // [d]
   uint32_t* tagged_context;  // [d]
   uint32_t* tagged_hidden;   // [ffn]
@@ -100,12 +102,6 @@ struct Params {
   // The launches so far: with the phase, it makes the tags (a 32-bit count that CTA 0 adds 1 to
   // at the end of each launch).
   unsigned* launches;
-  // The attention of head h waits for the rows it reads rather than for the whole grid: the CTAs
-  // of phases 0 and 3 add the rows of each head they wrote to head_rows [2 · heads] (the query,
-  // key and value rows for the self-attention, then the query rows for the cross-attention),
-  // counts that grow through the launch and go back to 0 at its end, which CTA 0 reaches only
-  // after every attention.
-  unsigned long long* head_rows;
   void* keys;
   void* values;
   int64_t cache_layer_stride;
@@ -116,6 +112,10 @@ struct Params {
   // cross_values_column bytes from its keys.
   int64_t cross_layer_stride;
   int cross_values_column;
+  // The self-attention's caches through their tensor map (the kernel's other argument), a matrix
+  // of rows of d values: position t of layer l's keys is row l · self_layer_rows + t, its value
+  // self_values_rows rows further.
+  int self_layer_rows, self_values_rows;
   const int32_t* cross_lengths;
   int frames, cross_chunks, cross_chunk_frames, self_chunks;
   uint32_t ring_bytes;  // the ring of the copies (copy_step), at the start of shared memory
@@ -157,9 +157,8 @@ struct Layout {
   int64_t reduce_offset = 0, scratch_offset = 0, barriers_offset = 0, sums_offset = 0;
   int64_t plan_offset = 0;
   // The scratch: first what must keep its place while the caches' capacity (and with it the
-  // partials' size) changes, the count of launches, the heads' counts of rows (which each launch
-  // leaves at 0); then q, the tagged vectors, the partials.
-  int64_t q_offset = 0, x_offset = 0, context_offset = 0, hidden_offset = 0;
+  // partials' size) changes, the count of launches; then the tagged vectors, the partials.
+  int64_t qkv_offset = 0, x_offset = 0, context_offset = 0, hidden_offset = 0;
   int64_t self_offset = 0, cross_offset = 0;
 };
 
@@ -241,17 +240,18 @@ Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
   l.slots =
       static_cast<int>(ceil_div(shared_limit, kSlice) + 4 * (shared_limit / least_region + 2));
   // The rest of shared memory, at offsets from the ring's end: the layers' pointers; the product's
-  // input vector, where an attention (which has none) keeps its scores and its warps' value
-  // sums instead; the CTA's rows of x, the reductions' scratch, the mbarriers and the word that
-  // frees the ring, the product's sums, the plan of the copies.
+  // input vector, where an attention (which has none) keeps its scores, its warps' value sums and
+  // its head's rows of q (k, v) instead; the CTA's rows of x, the reductions' scratch, the
+  // mbarriers and the word that frees the ring, the product's sums, the plan of the copies.
   const int64_t scores = round_up(std::max(l.cross_chunk_frames, kSelfChunk) * 4, 16);
   l.layers_offset = 0;
   l.vector_offset =
       l.layers_offset + round_up(int64_t{s.layers} * static_cast<int64_t>(sizeof(StepLayer)), 16);
   l.scores_offset = l.vector_offset;
   l.reduce_offset = l.scores_offset + scores;
-  l.own_offset = l.vector_offset +
-                 std::max(round_up(std::max(s.d, s.ffn) * 2, 16), scores + kWarps * kHeadDim * 4);
+  // (An attention's rows of q, k, v follow its warps' value sums: run_phase.)
+  l.own_offset = l.vector_offset + std::max(round_up(std::max(s.d, s.ffn) * 2, 16),
+                                            scores + kWarps * kHeadDim * 4 + 3 * kHeadDim * 2);
   l.scratch_offset = l.own_offset + round_up(ceil_div(s.d, ctas) * 4, 16);
   l.barriers_offset = l.scratch_offset + 64 * 4;
   l.sums_offset = l.barriers_offset + round_up((int64_t{l.slots} + 1) * 8, 16);
@@ -265,8 +265,8 @@ Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
     *offset += l.ring_bytes;
   }
   l.shared_bytes = l.ring_bytes + rest;
-  l.q_offset = 16 + round_up(int64_t{2} * s.heads * 8, 16);  // after the count, head_rows
-  l.x_offset = l.q_offset + round_up(s.d * 2, 16);
+  l.qkv_offset = 16;  // after the count
+  l.x_offset = l.qkv_offset + round_up(3 * s.d * 4, 16);
   l.context_offset = l.x_offset + round_up(s.d * 4, 16);
   l.hidden_offset = l.context_offset + round_up(s.d * 4, 16);
   l.self_offset = l.hidden_offset + round_up(s.ffn * 4, 16);
@@ -388,10 +388,14 @@ __device__ __forceinline__ void store_partial(uint64_t* word, float value, uint3
   __stcg(reinterpret_cast<unsigned long long*>(word),
          (static_cast<unsigned long long>(tag) << 32) | __float_as_uint(value));
 }
-__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* at) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
-  return v;
+// Two such words from a 16-byte boundary (a vector load: each word single-copy atomic, each
+// checked for its tag on its own).
+__device__ __forceinline__ void load_relaxed_pair(const uint64_t* at, uint64_t& first,
+                                                  uint64_t& second) {
+  asm volatile("ld.relaxed.gpu.global.v2.u64 {%0, %1}, [%2];"
+               : "=l"(first), "=l"(second)
+               : "l"(at)
+               : "memory");
 }
 __device__ __forceinline__ bool tagged_as(uint64_t word, uint32_t tag) {
   return static_cast<uint32_t>(word >> 32) == tag;
@@ -427,6 +431,19 @@ __device__ __forceinline__ bool cross_item(const Params& p, CrossItem& item) {
   item.chunk = blockIdx.x % p.cross_chunks;
   item.first = item.chunk * p.cross_chunk_frames;
   item.count = max(0, min(p.cross_chunk_frames, p.frames - item.first));
+  return true;
+}
+
+// The self-attention's items (head, chunk of 64 positions) of a step whose sequence reaches
+// `chunks` chunks: chunk-major, from the last CTA down (the CTAs past heads · cross_chunks have no
+// cross-attention to copy for), a CTA every item and, where there are more items than CTAs, again.
+// Round 0's keys and values come by the copy warp (visit_copies); false: none in this round.
+__device__ __forceinline__ bool self_item(const Params& p, int chunks, int round, int& head,
+                                          int& chunk) {
+  const int item = gridDim.x - 1 - blockIdx.x + round * gridDim.x;
+  if (item >= chunks * p.heads) return false;
+  chunk = item / p.heads;
+  head = item - chunk * p.heads;
   return true;
 }
 
@@ -502,15 +519,27 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
 }
 
 // Phase `phase`'s copies piece by piece, and the bytes its region takes of the ring (0: it copies
-// nothing). None for the self-attention; for the cross-attention, box(to, column, row) for each
-// box of the CTA's chunk of frames (the keys' boxes, then the values'; `to` is the box's place in
-// the region, (column, row) its place in the window's tensor map); for a product,
-// run(to, from, bytes) for each of its runs (product_runs), in its share's layout.
+// nothing), for a step whose self-attention reaches `self_chunks` chunks. For an attention,
+// box(to, self, column, row) for each box (`to`: its place in the region; (column, row): its
+// place in the tensor map, the self-attention's caches' or the window's): the self-attention's
+// keys and values of the CTA's round-0 item, a box each (the positions before this step's,
+// which earlier steps wrote; this step's comes tagged); the cross-attention's boxes of the CTA's
+// chunk of frames, the keys', then the values'. For a product, run(to, from, bytes) for each of
+// its runs (product_runs), in its share's layout.
 template <class T, class Box, class Run>
-__device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int phase, Box box,
-                                 Run run) {
+__device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int self_chunks,
+                                 int phase, Box box, Run run) {
   const int kind = phase % kPhases, layer = phase / kPhases;
-  if (layer >= p.n_layers || kind == 1) return 0;
+  if (layer >= p.n_layers) return 0;
+  if (kind == 1) {
+    int head, chunk;
+    if (!self_item(p, self_chunks, 0, head, chunk)) return 0;
+    const int column = static_cast<int>(head * kHeadDim * sizeof(T));
+    const int row = layer * p.self_layer_rows + chunk * kSelfChunk;
+    box(0, true, column, row);
+    box(kSlice, true, column, row + p.self_values_rows);
+    return static_cast<uint32_t>(region_of(2 * kSlice));
+  }
   if (kind == 4) {
     CrossItem item;
     if (!cross_item(p, item)) return 0;
@@ -518,7 +547,7 @@ __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int p
         static_cast<int>((layer * p.cross_layer_stride + item.head * kHeadDim) * sizeof(T));
     for (int b = 0; b < 2 * p.cross_boxes; ++b) {
       const bool values = b >= p.cross_boxes;
-      box(int64_t{b} * kSlice, column + (values ? p.cross_values_column : 0),
+      box(int64_t{b} * kSlice, false, column + (values ? p.cross_values_column : 0),
           item.first + (b - (values ? p.cross_boxes : 0)) * kBoxRows);
     }
     return static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice));
@@ -544,10 +573,10 @@ struct Copies {
   uint32_t bytes = 0;
 };
 template <class T>
-__device__ Copies copies_of(const Params& p, const StepLayer* layers, int phase) {
+__device__ Copies copies_of(const Params& p, const StepLayer* layers, int self_chunks, int phase) {
   Copies copies;
   copies.bytes = visit_copies<T>(
-      p, layers, phase, [&](int64_t, int, int) { ++copies.slices; },
+      p, layers, self_chunks, phase, [&](int64_t, bool, int, int) { ++copies.slices; },
       [&](int64_t, const unsigned char*, int64_t bytes) {
         copies.slices += static_cast<int>(ceil_div(bytes, kSlice));
       });
@@ -558,17 +587,18 @@ __device__ Copies copies_of(const Params& p, const StepLayer* layers, int phase)
 // thread counts some phases' slices and bytes, then thread 0 places the regions in order.
 //
 // A region starts where the last ended, wrapping at the ring's end (regions are multiples of 128
-// bytes, and so are their places). Only a cross-attention's region (its boxes, which the
-// attention reads as two arrays) starts at the ring's next turn where it would cross its end.
+// bytes, and so are their places). Only an attention's region (its boxes, which the attention
+// reads as two arrays) starts at the ring's next turn where it would cross its end.
 // Wrapping lets the largest products' regions follow each other: large-v3's fc1 and fc2 take 208
 // KB a CTA together, nearly all of its 210, so that with every region contiguous fc2's copies
 // could start only once fc1 was done (bench/RESULTS.md, forty-second session).
 template <class T>
-__device__ void plan_copies(const Params& p, const StepLayer* layers, PhaseCopies* plan) {
+__device__ void plan_copies(const Params& p, const StepLayer* layers, int self_chunks,
+                            PhaseCopies* plan) {
   const int phases = p.n_layers * kPhases;
   __syncthreads();  // the layers' pointers are in place
   for (int phase = threadIdx.x; phase < phases; phase += blockDim.x) {
-    const Copies copies = copies_of<T>(p, layers, phase);
+    const Copies copies = copies_of<T>(p, layers, self_chunks, phase);
     // (`end` holds the region's bytes until thread 0 places it.)
     plan[phase] = {0, copies.bytes, 0, static_cast<uint32_t>(copies.slices)};
   }
@@ -580,7 +610,8 @@ __device__ void plan_copies(const Params& p, const StepLayer* layers, PhaseCopie
   for (int phase = 0; phase < phases; ++phase) {
     PhaseCopies& copies = plan[phase];
     const uint32_t bytes = copies.end;
-    if (phase % kPhases == 4 && offset + bytes > p.ring_bytes) {
+    const int kind = phase % kPhases;
+    if ((kind == 1 || kind == 4) && offset + bytes > p.ring_bytes) {
       placed += p.ring_bytes - offset;
       offset = 0;
     }
@@ -663,8 +694,9 @@ __device__ __forceinline__ void copy_run(Copier& copier, uint32_t to, const unsi
 // slices of the regions the ring holds at once (layout_of), and a region is freed only after its
 // phase, which waited for its slices.
 template <class T>
-__device__ __noinline__ void copy_step(const Params& p, const CUtensorMap* cross_map,
-                                       const StepLayer* layers, const PhaseCopies* plan,
+__device__ __noinline__ void copy_step(const Params& p, const CUtensorMap* self_map,
+                                       const CUtensorMap* cross_map, const StepLayer* layers,
+                                       int self_chunks, const PhaseCopies* plan,
                                        unsigned char* shared, uint64_t* slots,
                                        const uint32_t* freed) {
   if (threadIdx.x % 32 != 0) return;
@@ -681,12 +713,14 @@ __device__ __noinline__ void copy_step(const Params& p, const CUtensorMap* cross
     if (copies.slices == 0) continue;
     if (copies.end > p.ring_bytes) wait_ring(freed, copies.end - p.ring_bytes);
     const uint32_t region = copies.offset;
-    // Boxes of kBoxRows frames of the window's tensor map (each copied whole: zeros past the
-    // frames; the region is contiguous); a product's runs (copy_run).
+    // Boxes of kBoxRows rows of a tensor map (each copied whole: zeros past the tensor's end,
+    // and past the frames or positions whatever the rows hold, which the attention does not
+    // read; the region is contiguous); a product's runs (copy_run).
     visit_copies<T>(
-        p, layers, phase,
-        [&](int64_t to, int column, int row) {
-          tma_load(shared + region + to, cross_map, copier.next_slot(kSlice), column, row);
+        p, layers, self_chunks, phase,
+        [&](int64_t to, bool self, int column, int row) {
+          tma_load(shared + region + to, self ? self_map : cross_map, copier.next_slot(kSlice),
+                   column, row);
         },
         [&](int64_t to, const unsigned char* from, int64_t bytes) {
           copy_run(copier, static_cast<uint32_t>(region + to), from, static_cast<uint32_t>(bytes));
@@ -755,10 +789,10 @@ __device__ void load_into(const uint32_t* words, int64_t width, uint32_t tag, un
   }
 }
 
-// Where a chunk's attention goes: its partial softmax, tagged, for the head's merge; or where the
-// head has a single chunk, the head's 64 values of the context itself, tagged, since merging one
-// partial divides its sums as the chunk can (and the merge's round trip through L2 is a wait of
-// the step's chain; bench/RESULTS.md, forty-fifth session).
+// Where a chunk's attention goes: its partial softmax, tagged, for the next phase's merges
+// (merge_into); or where the head has a single chunk, the head's 64 values of the context itself,
+// tagged, since merging one partial divides its sums as the chunk can, and each of the next
+// phase's CTAs then loads the head's 256 bytes of the context rather than its 528-byte partial.
 struct Attended {
   uint64_t* partial;  // null: the context
   uint32_t partial_tag;
@@ -766,23 +800,42 @@ struct Attended {
   uint32_t context_tag;
 };
 
+// staged [parts · 64] := the rows of head `head` in the first `parts` blocks of d of the tagged
+// q, k, v (phase 0's, or q alone from phase 3), once they carry `tag`. Ends with the block
+// synchronised.
+template <class T>
+__device__ void stage_head(const uint32_t* qkv, int64_t d, int head, int parts, uint32_t tag,
+                           unsigned pause_ns, T* staged) {
+  constexpr int kPacks = kHeadDim / kPack;
+  if (static_cast<int>(threadIdx.x) < parts * kPacks) {
+    const int part = threadIdx.x / kPacks, pack = threadIdx.x % kPacks;
+    *reinterpret_cast<uint4*>(staged + part * kHeadDim + pack * kPack) =
+        load_tagged(qkv + part * d + head * kHeadDim, pack, tag, pause_ns);
+  }
+  compute_sync();
+}
+
 // One chunk of a head's attention: `count` keys and values (rows `stride` apart, in shared or
-// global memory), the query q [64] from global memory; writes the partial softmax (the chunk's
-// maximum score, Σ e^(s − max), Σ e^(s − max) · v) or the context (Attended). Ends with the
-// block synchronised.
+// global memory; with `current` in shared memory, the key and value of position `current` in
+// the chunk instead, which this step's phase 0 wrote), the query q [64] (shared memory); writes
+// the partial softmax (the chunk's maximum score, Σ e^(s − max), Σ e^(s − max) · v) or the
+// context (Attended). Ends with the block synchronised.
 template <class T, bool kGlobal>
 __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stride, int count,
-                                    const void* q, float scale, float* scores, float* reduce,
-                                    float* scratch, const Attended& to) {
+                                    const T* current_rows, int current, const T* q, float scale,
+                                    float* scores, float* reduce, float* scratch,
+                                    const Attended& to) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int group = lane / 8, part = lane % 8;  // 4 keys a warp at once, 8 lanes a key
   float query[kPack];
-  unpack8<T>(__ldcg(static_cast<const uint4*>(q) + part), query);
+  unpack8<T>(reinterpret_cast<const uint4*>(q)[part], query);
   for (int first = warp * 4; first < count; first += kComputeWarps * 4) {
     const int key = first + group;
     const bool real = key < count;
     uint4 raw = make_uint4(0, 0, 0, 0);
-    if (real) {
+    if (real && key == current) {
+      raw = reinterpret_cast<const uint4*>(current_rows)[part];
+    } else if (real) {
       const auto* at = reinterpret_cast<const uint4*>(keys + key * stride) + part;
       raw = kGlobal ? __ldcg(at) : *at;
     }
@@ -811,14 +864,17 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   float low = 0.0f, high = 0.0f;
   for (int key = warp; key < count; key += kComputeWarps) {
     const auto* at = reinterpret_cast<const uint32_t*>(values + key * stride) + lane;
-    const float2 v = unpack_pair<T>(kGlobal ? __ldcg(at) : *at);
+    const float2 v = unpack_pair<T>(
+        key == current ? reinterpret_cast<const uint32_t*>(current_rows + kHeadDim)[lane]
+        : kGlobal      ? __ldcg(at)
+                       : *at);
     const float weight = scores[key];
     low = fmaf(weight, v.x, low);
     high = fmaf(weight, v.y, high);
   }
   *reinterpret_cast<float2*>(reduce + warp * kHeadDim + 2 * lane) = make_float2(low, high);
   compute_sync();
-  // Warp 0 writes the partial, or the context as merge_head would make it of this one partial.
+  // Warp 0 writes the partial, or the context as merge_into would make it of this one partial.
   if (warp == 0) {
     float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll
@@ -844,53 +900,66 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   compute_sync();
 }
 
-// The head's `chunks` partial softmaxes (partials: the head's first), once they carry
-// `partials_tag`, merged into the head's 64 values of the context (tagged `tag`), rounded to T
-// (threads 0-63, a value each). The CTA of the head's first chunk merges (run_phase): only it waits
-// for other CTAs' partials, and the CTAs whose partials it waits for wait for no partial.
+// vector [heads · 64] := the context: each head's `chunks` partial softmaxes (the head's first is
+// `stride` chunks after the last head's first), once they carry `tag`, merged and rounded to T; a
+// warp a head, each lane two of its values. Every CTA merges for itself the context it reads: a
+// merge by one CTA a head, whose context the others then waited for, put a second round trip
+// through L2 on the step's chain and held the merging CTAs' own next phase behind it (in Nsight
+// Compute, 7 % of the warps' samples waited at the phase's end behind the merges and the heads'
+// counts: bench/RESULTS.md, forty-fifth session).
 template <class T>
-__device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, uint32_t partials_tag,
-                                        uint32_t* context, uint32_t tag) {
-  if (threadIdx.x >= kHeadDim) return;
-  // One pass: each round of partials raises the running maximum and rescales the sums to it.
-  float maximum = -INFINITY, weights = 0.0f, sum[1] = {0.0f};
-  constexpr int kUnroll = 8;  // loads in flight together
-  for (int first = 0; first < chunks; first += kUnroll) {
-    float m[kUnroll], l[kUnroll], a[kUnroll];
-    unsigned long long since = 0;
-    for (;;) {
-      bool ready = true;
+__device__ __noinline__ void merge_into(const uint64_t* partials, int heads, int chunks, int stride,
+                                        uint32_t tag, T* vector) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int head = warp; head < heads; head += kComputeWarps) {
+    const uint64_t* first = partials + int64_t{head} * stride * kPartial;
+    // One pass: each round of partials raises the running maximum and rescales the sums to it.
+    float maximum = -INFINITY, weights = 0.0f, sum[2] = {0.0f, 0.0f};
+    // Partials in flight together: a head's 6 chunks on 132 SMs (large-v3's 20 heads) in one
+    // round; with 8 the kernel spilled 44 bytes of registers, and merge_into 12.
+    constexpr int kUnroll = 6;
+    for (int round = 0; round < chunks; round += kUnroll) {
+      float m[kUnroll], l[kUnroll], a[kUnroll][2];
+      unsigned long long since = 0;
+      for (;;) {
+        bool ready = true;
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const uint64_t* part = first + (round + u) * kPartial;
+          const bool real = round + u < chunks;
+          uint64_t words[4] = {0, 0, 0, 0};
+          if (real) {  // (a partial is 66 words: every one starts at a 16-byte boundary)
+            load_relaxed_pair(part, words[0], words[1]);
+            load_relaxed_pair(part + 2 + 2 * lane, words[2], words[3]);
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) ready = ready && (!real || tagged_as(words[i], tag));
+          m[u] = real ? __uint_as_float(static_cast<uint32_t>(words[0])) : -INFINITY;
+          l[u] = real ? __uint_as_float(static_cast<uint32_t>(words[1])) : 0.0f;
+          a[u][0] = real ? __uint_as_float(static_cast<uint32_t>(words[2])) : 0.0f;
+          a[u][1] = real ? __uint_as_float(static_cast<uint32_t>(words[3])) : 0.0f;
+        }
+        if (ready) break;
+        pause_waiting(since);
+      }
+      float round_max = -INFINITY;
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) round_max = fmaxf(round_max, m[u]);
+      const float reference = raise_maximum(maximum, weights, sum, round_max,
+                                            [](float value) { return __expf(value); });
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
-        const uint64_t* part = partials + (first + u) * kPartial;
-        const bool real = first + u < chunks;
-        const uint64_t words[3] = {real ? load_relaxed(part) : 0, real ? load_relaxed(part + 1) : 0,
-                                   real ? load_relaxed(part + 2 + threadIdx.x) : 0};
-        ready = ready &&
-                (!real || (tagged_as(words[0], partials_tag) && tagged_as(words[1], partials_tag) &&
-                           tagged_as(words[2], partials_tag)));
-        m[u] = real ? __uint_as_float(static_cast<uint32_t>(words[0])) : -INFINITY;
-        l[u] = real ? __uint_as_float(static_cast<uint32_t>(words[1])) : 0.0f;
-        a[u] = real ? __uint_as_float(static_cast<uint32_t>(words[2])) : 0.0f;
+        const float weight = __expf(m[u] - reference);
+        weights = fmaf(weight, l[u], weights);
+        sum[0] = fmaf(weight, a[u][0], sum[0]);
+        sum[1] = fmaf(weight, a[u][1], sum[1]);
       }
-      if (ready) break;
-      pause_waiting(since);
     }
-    float round_max = -INFINITY;
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) round_max = fmaxf(round_max, m[u]);
-    const float reference =
-        raise_maximum(maximum, weights, sum, round_max, [](float value) { return __expf(value); });
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const float weight = __expf(m[u] - reference);
-      weights = fmaf(weight, l[u], weights);
-      sum[0] = fmaf(weight, a[u], sum[0]);
-    }
+    // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
+    // gives it.
+    *reinterpret_cast<uint32_t*>(vector + head * kHeadDim + 2 * lane) = pack_pair<T>(
+        weights > 0.0f ? sum[0] / weights : 0.0f, weights > 0.0f ? sum[1] / weights : 0.0f);
   }
-  // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
-  // gives it.
-  store_tagged<T>(context + threadIdx.x, weights > 0.0f ? sum[0] / weights : 0.0f, tag);
 }
 
 // The sums of a product's rows [first, end) from its region of the ring (rows of `depth` from
@@ -938,43 +1007,6 @@ struct Step {
   unsigned launch;
 };
 
-// The rows of each head, for the attentions that wait for them (Params::head_rows).
-constexpr int kSelfRows = 3 * kHeadDim;  // a head's query, key and value rows
-constexpr int kCrossRows = kHeadDim;
-
-// After a CTA wrote rows [first, end) of a product whose rows are `parts` blocks of d (q, k, v;
-// or q alone), each of heads of 64: adds to counts[h] the rows of head h it wrote, with release
-// semantics (thread 0, after the block's barrier: the CTA's writes are ordered before).
-__device__ void signal_rows(unsigned long long* counts, Rows r, int64_t d, int parts) {
-  compute_sync();
-  if (threadIdx.x != 0) return;
-  for (int part = 0; part < parts; ++part) {
-    const int64_t first = max(r.first, part * d) - part * d;
-    const int64_t end = min(r.end, (part + 1) * d) - part * d;
-    for (int64_t row = first; row < end;) {
-      const int64_t head_end = min(end, (row / kHeadDim + 1) * kHeadDim);
-      asm volatile("red.release.gpu.global.add.u64 [%0], %1;" ::"l"(counts + row / kHeadDim),
-                   "l"(static_cast<unsigned long long>(head_end - row))
-                   : "memory");
-      row = head_end;
-    }
-  }
-}
-
-// Waits until counts[head] reaches `target` (thread 0 spins with acquiring loads; then the block).
-__device__ void wait_rows(const unsigned long long* count, unsigned long long target) {
-  if (threadIdx.x == 0) {
-    unsigned long long since = 0;
-    for (;;) {
-      unsigned long long seen;
-      asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(seen) : "l"(count) : "memory");
-      if (seen >= target) break;
-      pause_waiting(since);
-    }
-  }
-  compute_sync();
-}
-
 // Phase `phase` (its layer's phase phase % kPhases; the layout at the top of the file). Every
 // product takes one path (its input vector, its sums, then its epilogue by the phase), so that
 // the kernel's code stays small. vector_ready() marks the time of the input vector (for
@@ -985,8 +1017,8 @@ __device__ void wait_rows(const unsigned long long* count, unsigned long long ta
 // written next by phases 2, 5 and 7, each of which takes the whole context or hidden vector, and
 // with it every CTA's work of the phases between (every CTA has rows of q, k and v, and of the
 // hidden vector); likewise the context (read by 2 and 5, written by 4 and the next layer's 1),
-// the hidden vector (read by 7, written by the next layer's 6) and the partial softmaxes (read
-// within their phase, written again a layer later).
+// the partial softmaxes it is merged from (read by 2 and 5, written again a layer later) and the
+// hidden vector (read by 7, written by the next layer's 6).
 template <class T, class Mark>
 __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w, int phase,
                           const Region& region, T* vector, float* own, float* scores, float* reduce,
@@ -997,7 +1029,6 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   const uint64_t phases_before = phase_count(step.launch, p.n_layers, phase);
   const uint32_t tag = vector_tag(phases_before), partials_tag = partial_tag(phases_before);
   const uint32_t read_tag = phase > 0 ? vector_tag(phases_before - 1) : 0;
-  T* q = static_cast<T*>(p.q);
   T* keys = static_cast<T*>(p.keys) + layer * p.cache_layer_stride;
   T* values = static_cast<T*>(p.values) + layer * p.cache_layer_stride;
   const int64_t d = p.d;
@@ -1005,11 +1036,19 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   if (product_of(p, w, phase, product)) {
     const Share share =
         share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
+    // The context of an attention in several chunks is its partials, merged here.
+    const int chunks =
+        kind == 2 ? static_cast<int>(ceil_div(step.length, kSelfChunk)) : p.cross_chunks;
     if (product.gamma != nullptr) {
       norm_into<T>(p, region, share, product.eps, read_tag, vector, scratch);
+    } else if (kind == 7) {
+      load_into<T>(p.tagged_hidden, product.depth, read_tag, p.poll_ns, vector);
+    } else if (chunks > 1) {
+      merge_into<T>(kind == 2 ? p.self_partials : p.cross_partials, p.heads, chunks,
+                    kind == 2 ? p.self_chunks : p.cross_chunks, partial_tag(phases_before - 1),
+                    vector);
     } else {
-      load_into<T>(kind == 7 ? p.tagged_hidden : p.tagged_context, product.depth, read_tag,
-                   p.poll_ns, vector);
+      load_into<T>(p.tagged_context, product.depth, read_tag, p.poll_ns, vector);
     }
     compute_sync();
     vector_ready();
@@ -1018,13 +1057,13 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     compute_sync();
     for (int64_t row = r.first + threadIdx.x; row < r.end; row += kComputeThreads) {
       const float value = sums[row - r.first] + bias_of<T>(region, share, product.bias, r, row);
-      if (kind == 0) {  // q, and this token's k and v into the caches
-        T* target = row < d       ? q + row
-                    : row < 2 * d ? keys + step.position * d + row - d
-                                  : values + step.position * d + row - 2 * d;
-        *target = from_float<T>(value);
-      } else if (kind == 3) {
-        q[row] = from_float<T>(value);
+      if (kind == 0 || kind == 3) {  // q (k, v), tagged; this token's k and v into the caches too
+        store_tagged<T>(p.tagged_qkv + row, value, tag);
+        if (row >= d) {
+          T* cache = row < 2 * d ? keys + step.position * d + row - d
+                                 : values + step.position * d + row - 2 * d;
+          *cache = from_float<T>(value);
+        }
       } else if (kind == 6) {
         store_tagged<T>(p.tagged_hidden + row, gelu_value(value), tag);
       } else {  // the residual: the CTA's rows of x stay in `own`
@@ -1037,11 +1076,10 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
         }
       }
     }
-    if (kind == 0 || kind == 3) {
-      signal_rows(p.head_rows + (kind == 0 ? 0 : p.heads), r, d, kind == 0 ? 3 : 1);
-    }
     return;
   }
+  // An attention's head's rows of q (k, v): after its warps' value sums (layout_of).
+  T* staged = reinterpret_cast<T*>(reduce + kWarps * kHeadDim);
   if (kind == 1) {
     const int chunks = static_cast<int>(ceil_div(step.length, kSelfChunk));
     if (chunks == 0) {  // a sequence that is done: its context is zeros
@@ -1051,46 +1089,48 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       }
       return;
     }
-    for (int item = blockIdx.x; item < p.heads * p.self_chunks; item += gridDim.x) {
-      const int head = item / p.self_chunks, chunk = item - head * p.self_chunks;
-      if (chunk >= chunks) continue;
+    int head, chunk;
+    for (int round = 0; self_item(p, chunks, round, head, chunk); ++round) {
       const int first = chunk * kSelfChunk;
       const int64_t at = int64_t{first} * d + head * kHeadDim;
-      wait_rows(p.head_rows + head, (layer + 1ull) * kSelfRows);
+      const int count = min(kSelfChunk, step.length - first);
+      // This step's key and value, which the caches may not show yet: from the tagged rows.
+      const int current = static_cast<int>(step.position - first);
+      const bool here = current >= 0 && current < count;
+      stage_head<T>(p.tagged_qkv, d, head, here ? 3 : 1, read_tag, p.poll_ns, staged);
       uint64_t* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
-      uint32_t* context = p.tagged_context + head * kHeadDim;
-      attend<T, true>(
-          keys + at, values + at, d, min(kSelfChunk, step.length - first), q + head * kHeadDim,
-          p.scale, scores, reduce, scratch,
-          {chunks > 1 ? head_partials + chunk * kPartial : nullptr, partials_tag, context, tag});
-      vector_ready();
-      if (chunk == 0 && chunks > 1) {
-        merge_head<T>(head_partials, chunks, partials_tag, context, tag);
+      const Attended to = {chunks > 1 ? head_partials + chunk * kPartial : nullptr, partials_tag,
+                           p.tagged_context + head * kHeadDim, tag};
+      if (round == 0) {  // the keys and values the copy warp brought, a box each
+        const T* copied = reinterpret_cast<const T*>(region.at(0));
+        attend<T, false>(copied, copied + kBoxRows * kHeadDim, kHeadDim, count, staged + kHeadDim,
+                         here ? current : -1, staged, p.scale, scores, reduce, scratch, to);
+      } else {
+        attend<T, true>(keys + at, values + at, d, count, staged + kHeadDim, here ? current : -1,
+                        staged, p.scale, scores, reduce, scratch, to);
       }
+      vector_ready();
     }
     return;
   }
   CrossItem item;  // kind 4
   if (!cross_item(p, item)) return;
   const int count = max(0, min(item.count, step.cross_length - item.first));
-  wait_rows(p.head_rows + p.heads + item.head, (layer + 1ull) * kCrossRows);
+  stage_head<T>(p.tagged_qkv, d, item.head, 1, read_tag, p.poll_ns, staged);
   const T* keys_here = reinterpret_cast<const T*>(region.at(0));
   uint64_t* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
   uint32_t* context = p.tagged_context + item.head * kHeadDim;
-  const bool merged = p.cross_chunks > 1;
-  attend<T, false>(
-      keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim, count,
-      q + item.head * kHeadDim, p.scale, scores, reduce, scratch,
-      {merged ? head_partials + item.chunk * kPartial : nullptr, partials_tag, context, tag});
+  attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
+                   count, nullptr, -1, staged, p.scale, scores, reduce, scratch,
+                   {p.cross_chunks > 1 ? head_partials + item.chunk * kPartial : nullptr,
+                    partials_tag, context, tag});
   vector_ready();
-  if (item.chunk == 0 && merged) {
-    merge_head<T>(head_partials, p.cross_chunks, partials_tag, context, tag);
-  }
 }
 
 template <class T>
 __global__ void __launch_bounds__(kThreads, 1)
     decoder_step_kernel(const __grid_constant__ Params p,
+                        const __grid_constant__ CUtensorMap self_map,
                         const __grid_constant__ CUtensorMap cross_map) {
   extern __shared__ __align__(128) unsigned char shared[];
   // The slices' ring of mbarriers (each counts one slice's bytes landing), then the word that
@@ -1114,7 +1154,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t row = own_rows.first + threadIdx.x; row < own_rows.end; row += kThreads) {
     own[row - own_rows.first] = to_float(static_cast<const T*>(p.x)[row]);
   }
-  plan_copies<T>(p, layers, plan);
+  const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0], __ldcg(p.launches)};
+  const int self_chunks = static_cast<int>(ceil_div(step.length, kSelfChunk));
+  plan_copies<T>(p, layers, self_chunks, plan);
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < p.slots; ++slot) barrier_init(&slots[slot], 1);
     *freed = 0;
@@ -1122,11 +1164,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
   if (threadIdx.x / 32 == kCopyWarp) {
-    if (p.only != kWork) copy_step<T>(p, &cross_map, layers, plan, shared, slots, freed);
+    if (p.only != kWork) {
+      copy_step<T>(p, &self_map, &cross_map, layers, self_chunks, plan, shared, slots, freed);
+    }
     return;
   }
 
-  const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0], __ldcg(p.launches)};
   if (p.only == kWork) {  // zeros for weights: the step's values stay finite
     for (uint32_t at = threadIdx.x * 16; at < p.ring_bytes; at += kComputeThreads * 16) {
       *reinterpret_cast<uint4*>(shared + at) = make_uint4(0, 0, 0, 0);
@@ -1158,13 +1201,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (timed) p.timings[kMarks * phase + 2] = global_time();
     if (done) done[phase * gridDim.x] = global_time();
   }
-  // CTA 0 has read the hidden vector of every CTA's last phase 6, so every CTA is past its last
-  // attention and has read the count of launches: the counts of rows start the next launch at 0,
-  // and the next launch's tags follow this one's.
-  if (blockIdx.x == 0) {
-    for (int i = threadIdx.x; i < 2 * p.heads; i += kComputeThreads) p.head_rows[i] = 0;
-    if (threadIdx.x == 0) *p.launches = step.launch + 1;
-  }
+  // CTA 0 has read the hidden vector of every CTA's last phase 6, so every CTA has read the count
+  // of launches: the next launch's tags follow this one's.
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.launches = step.launch + 1;
 }
 
 // The kernel's attributes, once per instantiation: its shared memory limit raised to the most a
@@ -1256,11 +1295,9 @@ int positive_setting(const char* name, int fallback) {
 // Whether a launch of `l` takes the step of `shape`. The ring must hold the largest region; twice
 // that lets the copies run a phase ahead. Every CTA must have rows of every product (d of them at
 // least), since no vector is written again before every CTA's rows of the next product show that
-// it has read it (run_phase). A head's first chunk waits for the others' partials, which must not
-// wait behind it on the same CTA: at most one self-attention chunk a head for each CTA.
+// it has read it (run_phase).
 bool layout_fits(const StepShape& shape, const Layout& l) {
-  return shape.heads <= l.ctas && shape.d >= l.ctas && l.self_chunks <= l.ctas &&
-         l.ring_bytes >= 2 * l.most_region;
+  return shape.heads <= l.ctas && shape.d >= l.ctas && l.ring_bytes >= 2 * l.most_region;
 }
 
 }  // namespace
@@ -1293,6 +1330,15 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
            step.x, step.keys, step.values, step.cross_keys, step.cross_values, step.scratch}) {
     if (!aligned(pointer, 16)) fail("decoder_step: pointers must be 16-byte aligned");
   }
+  const auto values_bytes =
+      static_cast<const unsigned char*>(step.values) - static_cast<const unsigned char*>(step.keys);
+  const int64_t row_bytes = s.d * 2;
+  if (step.cache_layer_stride % s.d != 0 || values_bytes < s.capacity * row_bytes ||
+      values_bytes % row_bytes != 0) {
+    fail(
+        "decoder_step: the caches must be one matrix of rows of d values, each layer's keys a "
+        "whole number of rows from the last's and its values from its keys, past its capacity");
+  }
   const Layout l = layout_of(s, multiprocessor_count(), shared_per_block());
   auto* scratch = static_cast<unsigned char*>(step.scratch);
   Params p = {};
@@ -1303,14 +1349,13 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.ffn = s.ffn;
   p.scale = step.scale;
   p.x = step.x;
-  p.q = scratch + l.q_offset;
+  p.tagged_qkv = reinterpret_cast<uint32_t*>(scratch + l.qkv_offset);
   p.tagged_x = reinterpret_cast<uint32_t*>(scratch + l.x_offset);
   p.tagged_context = reinterpret_cast<uint32_t*>(scratch + l.context_offset);
   p.tagged_hidden = reinterpret_cast<uint32_t*>(scratch + l.hidden_offset);
   p.self_partials = reinterpret_cast<uint64_t*>(scratch + l.self_offset);
   p.cross_partials = reinterpret_cast<uint64_t*>(scratch + l.cross_offset);
   p.launches = reinterpret_cast<unsigned*>(scratch);
-  p.head_rows = reinterpret_cast<unsigned long long*>(scratch + 16);
   p.slots = l.slots;
   p.cross_boxes = l.cross_boxes;
   // The kilobytes a CTA's copy warp keeps in flight: 64, or HARK_CUDA_STEP_IN_FLIGHT's. With grid
@@ -1390,7 +1435,17 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   const CUtensorMap cross_map =
       byte_matrix_map(step.cross_keys, s.frames, step.cross_row_stride * element, kBoxRows,
                       static_cast<int>(kHeadDim * element));
-  check(cudaLaunchKernelEx(&config, kernel, p, cross_map), "decoder_step launch");
+  // The caches as a byte matrix of rows of d values from the first layer's keys, in boxes of 64
+  // positions × one head's 64 values.
+  p.self_layer_rows = static_cast<int>(step.cache_layer_stride / s.d);
+  p.self_values_rows = static_cast<int>((static_cast<const unsigned char*>(step.values) -
+                                         static_cast<const unsigned char*>(step.keys)) /
+                                        (s.d * element));
+  const int64_t cache_rows =
+      int64_t{s.layers - 1} * p.self_layer_rows + p.self_values_rows + s.capacity;
+  const CUtensorMap self_map = byte_matrix_map(step.keys, cache_rows, s.d * element, kBoxRows,
+                                               static_cast<int>(kHeadDim * element));
+  check(cudaLaunchKernelEx(&config, kernel, p, self_map, cross_map), "decoder_step launch");
   check_launch("decoder_step");
   if (timed) print_timings(timings, phases, l.ctas, stream);
 }

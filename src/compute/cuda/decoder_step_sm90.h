@@ -5,16 +5,18 @@
 // 1.6 GB, 0.48 ms at an H100's 3.35 TB/s. As a chain of one launch per product and attention
 // (7 a layer), the step takes 1.46 ms on an H200 (bench/RESULTS.md): each launch fills the GPU
 // with loads, drains, and waits for the one before it. Here one CTA an SM runs the whole step:
-// its phases (8 a layer) wait for each other's data (tagged vectors, per-head counts), not by
-// grid-wide barriers, and a copy warp in each CTA streams its share of the weights (and of the
-// cross-attention's keys and values, which do not change during decoding either) into a ring of
-// shared memory, as far ahead as the ring holds, with few bytes in flight at a time.
+// its phases (8 a layer) wait for each other's data (tagged vectors), not by grid-wide barriers,
+// and a copy warp in each CTA streams its share of the weights (and of the attentions' keys and
+// values that earlier steps or the encoder wrote) into a ring of shared memory, as far ahead as
+// the ring holds, with few bytes in flight at a time.
 //
-// It gives the launches' tokens (the GPU suite passes with it on). On an H100 it is faster than
-// them for large-v3 (1.48 ms against 1.58) and level for turbo (0.257 against 0.258); on an H200
-// it was slower in its last measured form (large-v3 1.500 against 1.461, turbo 0.250 against
-// 0.235: bench/RESULTS.md, forty-first and forty-fifth sessions). The Whisper decoder takes it
-// only with HARK_CUDA_STEP_KERNEL=1.
+// In its last measured form (the forty-fifth session's) it gave the launches' tokens (the GPU
+// suite passed with it on); on an H100 it was faster than them for large-v3 (1.48 ms against
+// 1.58) and level for turbo (0.257 against 0.258), and on an H200 slower (large-v3 1.500 against
+// 1.461, turbo 0.250 against 0.235: bench/RESULTS.md, forty-first and forty-fifth sessions). The
+// forty-sixth session's changes (q, k and v tagged, the partials merged by their readers, the
+// self-attention's earlier keys and values copied ahead) have not run on a GPU yet. The Whisper
+// decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -61,7 +63,9 @@ struct StepShape {
 // One step: the token's embedding x [d] goes through every layer; x is left holding the last
 // layer's output (before the final norm). The caches hold position p of layer l at keys + l ·
 // cache_layer_stride + p · d (values likewise), the step's own K and V are written at
-// positions[0], and the self-attention reads lengths[0] positions. The cross-attention reads
+// positions[0], and the self-attention reads lengths[0] positions. The caches are one matrix of
+// rows of d values: cache_layer_stride is a whole number of rows, and so is values − keys, which
+// is at least the capacity's rows. The cross-attention reads
 // cross_lengths[0] frames; frame f of layer l at cross_keys + l · cross_layer_stride + f ·
 // cross_row_stride (values likewise). Strides count elements. scale multiplies the scores.
 // scratch: decoder_step_scratch_bytes(shape), 16-byte aligned.

@@ -664,9 +664,8 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   gpu::DecoderStep step;
   step.e = e;
   step.shape = step_shape(config, caches.capacity());
-  // The kernel's counts (of launches, of the heads' rows) start at zero, and its tagged vectors
-  // and partials with tags of 0, which no launch writes; each launch leaves the heads' counts at
-  // zero.
+  // The kernel's count of launches starts at zero, and its tagged vectors and partials with tags
+  // of 0, which no launch writes.
   const size_t scratch_bytes = gpu::decoder_step_scratch_bytes(step.shape);
   if (s.step.bytes() < scratch_bytes) {
     s.step.reserve(scratch_bytes);
