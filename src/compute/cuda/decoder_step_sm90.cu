@@ -434,6 +434,21 @@ __device__ __forceinline__ bool cross_item(const Params& p, CrossItem& item) {
   return true;
 }
 
+// What a launch reads once: the step's position and lengths, the count of launches before it;
+// and the chunks of 64 positions that its self-attention reaches (Params::self_chunks is the
+// caches' capacity in chunks).
+struct Step {
+  int64_t position;
+  int length, cross_length;
+  unsigned launch;
+  int chunks;
+};
+__device__ __forceinline__ Step step_of(const Params& p) {
+  const int length = p.lengths[0];
+  return {p.positions[0], length, p.cross_lengths[0], __ldcg(p.launches),
+          static_cast<int>(ceil_div(length, kSelfChunk))};
+}
+
 // The self-attention's items (head, chunk of 64 positions) of a step whose sequence reaches
 // `chunks` chunks: chunk-major, from the last CTA down (the CTAs past heads · cross_chunks have no
 // cross-attention to copy for), a CTA every item and, where there are more items than CTAs, again.
@@ -519,7 +534,7 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
 }
 
 // Phase `phase`'s copies piece by piece, and the bytes its region takes of the ring (0: it copies
-// nothing), for a step whose self-attention reaches `self_chunks` chunks. For an attention,
+// nothing), for a step whose self-attention reaches `chunks` chunks. For an attention,
 // box(to, self, column, row) for each box (`to`: its place in the region; (column, row): its
 // place in the tensor map, the self-attention's caches' or the window's): the self-attention's
 // keys and values of the CTA's round-0 item, a box each (the positions before this step's,
@@ -527,13 +542,13 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
 // chunk of frames, the keys', then the values'. For a product, run(to, from, bytes) for each of
 // its runs (product_runs), in its share's layout.
 template <class T, class Box, class Run>
-__device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int self_chunks,
-                                 int phase, Box box, Run run) {
+__device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int chunks, int phase,
+                                 Box box, Run run) {
   const int kind = phase % kPhases, layer = phase / kPhases;
   if (layer >= p.n_layers) return 0;
   if (kind == 1) {
     int head, chunk;
-    if (!self_item(p, self_chunks, 0, head, chunk)) return 0;
+    if (!self_item(p, chunks, 0, head, chunk)) return 0;
     const int column = static_cast<int>(head * kHeadDim * sizeof(T));
     const int row = layer * p.self_layer_rows + chunk * kSelfChunk;
     box(0, true, column, row);
@@ -573,10 +588,10 @@ struct Copies {
   uint32_t bytes = 0;
 };
 template <class T>
-__device__ Copies copies_of(const Params& p, const StepLayer* layers, int self_chunks, int phase) {
+__device__ Copies copies_of(const Params& p, const StepLayer* layers, int chunks, int phase) {
   Copies copies;
   copies.bytes = visit_copies<T>(
-      p, layers, self_chunks, phase, [&](int64_t, bool, int, int) { ++copies.slices; },
+      p, layers, chunks, phase, [&](int64_t, bool, int, int) { ++copies.slices; },
       [&](int64_t, const unsigned char*, int64_t bytes) {
         copies.slices += static_cast<int>(ceil_div(bytes, kSlice));
       });
@@ -593,12 +608,12 @@ __device__ Copies copies_of(const Params& p, const StepLayer* layers, int self_c
 // KB a CTA together, nearly all of its 210, so that with every region contiguous fc2's copies
 // could start only once fc1 was done (bench/RESULTS.md, forty-second session).
 template <class T>
-__device__ void plan_copies(const Params& p, const StepLayer* layers, int self_chunks,
+__device__ void plan_copies(const Params& p, const StepLayer* layers, int chunks,
                             PhaseCopies* plan) {
   const int phases = p.n_layers * kPhases;
   __syncthreads();  // the layers' pointers are in place
   for (int phase = threadIdx.x; phase < phases; phase += blockDim.x) {
-    const Copies copies = copies_of<T>(p, layers, self_chunks, phase);
+    const Copies copies = copies_of<T>(p, layers, chunks, phase);
     // (`end` holds the region's bytes until thread 0 places it.)
     plan[phase] = {0, copies.bytes, 0, static_cast<uint32_t>(copies.slices)};
   }
@@ -696,9 +711,8 @@ __device__ __forceinline__ void copy_run(Copier& copier, uint32_t to, const unsi
 template <class T>
 __device__ __noinline__ void copy_step(const Params& p, const CUtensorMap* self_map,
                                        const CUtensorMap* cross_map, const StepLayer* layers,
-                                       int self_chunks, const PhaseCopies* plan,
-                                       unsigned char* shared, uint64_t* slots,
-                                       const uint32_t* freed) {
+                                       int chunks, const PhaseCopies* plan, unsigned char* shared,
+                                       uint64_t* slots, const uint32_t* freed) {
   if (threadIdx.x % 32 != 0) return;
   Copier copier = {slots,
                    static_cast<uint32_t>(p.slots),
@@ -717,7 +731,7 @@ __device__ __noinline__ void copy_step(const Params& p, const CUtensorMap* self_
     // and past the frames or positions whatever the rows hold, which the attention does not
     // read; the region is contiguous); a product's runs (copy_run).
     visit_copies<T>(
-        p, layers, self_chunks, phase,
+        p, layers, chunks, phase,
         [&](int64_t to, bool self, int column, int row) {
           tma_load(shared + region + to, self ? self_map : cross_map, copier.next_slot(kSlice),
                    column, row);
@@ -1000,13 +1014,6 @@ __device__ __noinline__ void product_sums(const Region& region, Rows r, int64_t 
   }
 }
 
-// What a launch reads once: the step's position and lengths, the count of launches before it.
-struct Step {
-  int64_t position;
-  int length, cross_length;
-  unsigned launch;
-};
-
 // Phase `phase` (its layer's phase phase % kPhases; the layout at the top of the file). Every
 // product takes one path (its input vector, its sums, then its epilogue by the phase), so that
 // the kernel's code stays small. vector_ready() marks the time of the input vector (for
@@ -1037,8 +1044,7 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     const Share share =
         share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
     // The context of an attention in several chunks is its partials, merged here.
-    const int chunks =
-        kind == 2 ? static_cast<int>(ceil_div(step.length, kSelfChunk)) : p.cross_chunks;
+    const int chunks = kind == 2 ? step.chunks : p.cross_chunks;
     if (product.gamma != nullptr) {
       norm_into<T>(p, region, share, product.eps, read_tag, vector, scratch);
     } else if (kind == 7) {
@@ -1081,7 +1087,7 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   // An attention's head's rows of q (k, v): after its warps' value sums (layout_of).
   T* staged = reinterpret_cast<T*>(reduce + kWarps * kHeadDim);
   if (kind == 1) {
-    const int chunks = static_cast<int>(ceil_div(step.length, kSelfChunk));
+    const int chunks = step.chunks;
     if (chunks == 0) {  // a sequence that is done: its context is zeros
       for (int i = blockIdx.x * kComputeThreads + threadIdx.x; i < d;
            i += gridDim.x * kComputeThreads) {
@@ -1154,9 +1160,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t row = own_rows.first + threadIdx.x; row < own_rows.end; row += kThreads) {
     own[row - own_rows.first] = to_float(static_cast<const T*>(p.x)[row]);
   }
-  const Step step = {p.positions[0], p.lengths[0], p.cross_lengths[0], __ldcg(p.launches)};
-  const int self_chunks = static_cast<int>(ceil_div(step.length, kSelfChunk));
-  plan_copies<T>(p, layers, self_chunks, plan);
+  const Step step = step_of(p);
+  plan_copies<T>(p, layers, step.chunks, plan);
   if (threadIdx.x == 0) {
     for (int slot = 0; slot < p.slots; ++slot) barrier_init(&slots[slot], 1);
     *freed = 0;
@@ -1165,7 +1170,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
   if (threadIdx.x / 32 == kCopyWarp) {
     if (p.only != kWork) {
-      copy_step<T>(p, &self_map, &cross_map, layers, self_chunks, plan, shared, slots, freed);
+      copy_step<T>(p, &self_map, &cross_map, layers, step.chunks, plan, shared, slots, freed);
     }
     return;
   }
@@ -1330,9 +1335,12 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
            step.x, step.keys, step.values, step.cross_keys, step.cross_values, step.scratch}) {
     if (!aligned(pointer, 16)) fail("decoder_step: pointers must be 16-byte aligned");
   }
+  // The caches as a byte matrix of rows of d values from the first layer's keys (the
+  // self-attention's tensor map, below).
+  const int64_t element = 2;
+  const int64_t row_bytes = s.d * element;
   const auto values_bytes =
       static_cast<const unsigned char*>(step.values) - static_cast<const unsigned char*>(step.keys);
-  const int64_t row_bytes = s.d * 2;
   if (step.cache_layer_stride % s.d != 0 || values_bytes < s.capacity * row_bytes ||
       values_bytes % row_bytes != 0) {
     fail(
@@ -1429,21 +1437,17 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   }
   // The window's keys and values as a byte matrix [frames, a row of every layer's K and V], in
   // boxes of a chunk's frames × one head's 64 values.
-  const int64_t element = 2;
   p.cross_values_column = static_cast<int>((static_cast<const unsigned char*>(step.cross_values) -
                                             static_cast<const unsigned char*>(step.cross_keys)));
   const CUtensorMap cross_map =
       byte_matrix_map(step.cross_keys, s.frames, step.cross_row_stride * element, kBoxRows,
                       static_cast<int>(kHeadDim * element));
-  // The caches as a byte matrix of rows of d values from the first layer's keys, in boxes of 64
-  // positions × one head's 64 values.
+  // The caches, in boxes of 64 positions × one head's 64 values.
   p.self_layer_rows = static_cast<int>(step.cache_layer_stride / s.d);
-  p.self_values_rows = static_cast<int>((static_cast<const unsigned char*>(step.values) -
-                                         static_cast<const unsigned char*>(step.keys)) /
-                                        (s.d * element));
+  p.self_values_rows = static_cast<int>(values_bytes / row_bytes);
   const int64_t cache_rows =
       int64_t{s.layers - 1} * p.self_layer_rows + p.self_values_rows + s.capacity;
-  const CUtensorMap self_map = byte_matrix_map(step.keys, cache_rows, s.d * element, kBoxRows,
+  const CUtensorMap self_map = byte_matrix_map(step.keys, cache_rows, row_bytes, kBoxRows,
                                                static_cast<int>(kHeadDim * element));
   check(cudaLaunchKernelEx(&config, kernel, p, self_map, cross_map), "decoder_step launch");
   check_launch("decoder_step");

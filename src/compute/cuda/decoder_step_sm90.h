@@ -65,9 +65,9 @@ struct StepShape {
 // cache_layer_stride + p · d (values likewise), the step's own K and V are written at
 // positions[0], and the self-attention reads lengths[0] positions. The caches are one matrix of
 // rows of d values: cache_layer_stride is a whole number of rows, and so is values − keys, which
-// is at least the capacity's rows. The cross-attention reads
-// cross_lengths[0] frames; frame f of layer l at cross_keys + l · cross_layer_stride + f ·
-// cross_row_stride (values likewise). Strides count elements. scale multiplies the scores.
+// is at least the capacity's rows. The cross-attention reads cross_lengths[0] frames; frame f of
+// layer l at cross_keys + l · cross_layer_stride + f · cross_row_stride (values likewise).
+// Strides count elements. scale multiplies the scores.
 // scratch: decoder_step_scratch_bytes(shape), 16-byte aligned.
 struct DecoderStep {
   Element e = Element::f16;
