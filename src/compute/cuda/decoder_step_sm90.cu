@@ -138,6 +138,10 @@ struct Params {
   unsigned poll_ns;
   // A diagnostic (HARK_CUDA_STEP_ONLY): kEverything, or one side of the step alone, to time it.
   int only;
+  // Whether the copy warp brings the self-attention's earlier keys and values (a CTA's first
+  // item); HARK_CUDA_STEP_SELF_COPIES=0 loads them from global memory in the attention instead,
+  // to measure the copies against it.
+  bool self_copies;
 };
 
 // HARK_CUDA_STEP_ONLY=copies: the copy warp streams every phase's bytes and the compute warps
@@ -548,7 +552,7 @@ __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int c
   if (layer >= p.n_layers) return 0;
   if (kind == 1) {
     int head, chunk;
-    if (!self_item(p, chunks, 0, head, chunk)) return 0;
+    if (!p.self_copies || !self_item(p, chunks, 0, head, chunk)) return 0;
     const int column = static_cast<int>(head * kHeadDim * sizeof(T));
     const int row = layer * p.self_layer_rows + chunk * kSelfChunk;
     box(0, true, column, row);
@@ -1107,7 +1111,7 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       uint64_t* head_partials = p.self_partials + int64_t{head} * p.self_chunks * kPartial;
       const Attended to = {chunks > 1 ? head_partials + chunk * kPartial : nullptr, partials_tag,
                            p.tagged_context + head * kHeadDim, tag};
-      if (round == 0) {  // the keys and values the copy warp brought, a box each
+      if (round == 0 && p.self_copies) {  // the keys and values the copy warp brought, a box each
         const T* copied = reinterpret_cast<const T*>(region.at(0));
         attend<T, false>(copied, copied + kBoxRows * kHeadDim, kHeadDim, count, staged + kHeadDim,
                          here ? current : -1, staged, p.scale, scores, reduce, scratch, to);
@@ -1382,6 +1386,8 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
     fail("HARK_CUDA_STEP_ONLY: expected copies or work, got ", value);
   }();
   p.only = only;
+  // (Read at each call, as HARK_CUDA_STEP_KERNEL is, so that a test can compare both.)
+  p.self_copies = !environment_is("HARK_CUDA_STEP_SELF_COPIES", "0");
   p.keys = step.keys;
   p.values = step.values;
   p.cache_layer_stride = step.cache_layer_stride;
