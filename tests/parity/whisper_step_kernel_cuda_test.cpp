@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/cuda.h"
@@ -64,28 +65,30 @@ TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
                                     vocabulary.first_language, vocabulary.transcribe, false);
   // 100 tokens after a prompt of 4: the self-attention spans two chunks of 64 positions.
   const std::vector<GreedyJob> job = {{windows[1], prompt.tokens, prompt.sot_index, 100}};
-  std::vector<GreedyOutcome> one_launch, self_loaded, per_op;
-  {
-    const testing::ScopedEnv on("HARK_CUDA_STEP_KERNEL", "1");
-    one_launch = model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
-    // The self-attention's earlier keys and values loaded by the attention, not the copy warp.
-    const testing::ScopedEnv loaded("HARK_CUDA_STEP_SELF_COPIES", "0");
-    self_loaded = model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
-  }
+  std::vector<GreedyOutcome> per_op;
   {
     const testing::ScopedEnv off("HARK_CUDA_STEP_KERNEL", "0");
     per_op = model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
   }
-  ASSERT_EQ(one_launch.size(), 1u);
   ASSERT_EQ(per_op.size(), 1u);
-  EXPECT_EQ(one_launch[0].tokens.size(), 100u);
-  EXPECT_EQ(one_launch[0].tokens, per_op[0].tokens);
-  EXPECT_NEAR(one_launch[0].sum_logprob, per_op[0].sum_logprob,
-              1e-2 * (1 + std::abs(per_op[0].sum_logprob)));
-  ASSERT_EQ(self_loaded.size(), 1u);
-  EXPECT_EQ(self_loaded[0].tokens, per_op[0].tokens);
-  EXPECT_NEAR(self_loaded[0].sum_logprob, per_op[0].sum_logprob,
-              1e-2 * (1 + std::abs(per_op[0].sum_logprob)));
+  EXPECT_EQ(per_op[0].tokens.size(), 100u);
+  // The one-launch step by default, with the self-attention's earlier keys and values loaded by
+  // the attention instead of the copy warp, and with the partial softmaxes merged by half a warp a
+  // head instead of a warp.
+  const std::pair<const char*, const char*> forms[] = {{"HARK_CUDA_STEP_SELF_COPIES", "1"},
+                                                       {"HARK_CUDA_STEP_SELF_COPIES", "0"},
+                                                       {"HARK_CUDA_STEP_MERGE_LANES", "16"}};
+  for (const auto& [name, value] : forms) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
+    const testing::ScopedEnv on("HARK_CUDA_STEP_KERNEL", "1");
+    const testing::ScopedEnv form(name, value);
+    const std::vector<GreedyOutcome> one_launch =
+        model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
+    ASSERT_EQ(one_launch.size(), 1u);
+    EXPECT_EQ(one_launch[0].tokens, per_op[0].tokens);
+    EXPECT_NEAR(one_launch[0].sum_logprob, per_op[0].sum_logprob,
+                1e-2 * (1 + std::abs(per_op[0].sum_logprob)));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Widths, WhisperCudaStepKernel,

@@ -142,6 +142,8 @@ struct Params {
   // item); HARK_CUDA_STEP_SELF_COPIES=0 loads them from global memory in the attention instead,
   // to measure the copies against it.
   bool self_copies;
+  // The lanes a head of merge_into: 32, or 16 with HARK_CUDA_STEP_MERGE_LANES=16.
+  int merge_lanes;
 };
 
 // HARK_CUDA_STEP_ONLY=copies: the copy warp streams every phase's bytes and the compute warps
@@ -919,46 +921,68 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
 }
 
 // vector [heads · 64] := the context: each head's `chunks` partial softmaxes (the head's first is
-// `stride` chunks after the last head's first), once they carry `tag`, merged and rounded to T; a
-// warp a head, each lane two of its values. Every CTA merges for itself the context it reads: a
-// merge by one CTA a head, whose context the others then waited for, put a second round trip
-// through L2 on the step's chain and held the merging CTAs' own next phase behind it (in Nsight
-// Compute, 7 % of the warps' samples waited at the phase's end behind the merges and the heads'
-// counts: bench/RESULTS.md, forty-fifth session).
-template <class T>
+// `stride` chunks after the last head's first), once they carry `tag`, merged and rounded to T;
+// kLanes lanes a head (32 or 16), each 64 / kLanes of its values. A round's maxima and sums are
+// loaded by one lane a partial and shuffled to the others. With a warp a head, large-v3's 20 heads
+// take two rounds of the 15 warps, the second's loads sent only once the first's have come back
+// from L2; with half a warp a head, one (HARK_CUDA_STEP_MERGE_LANES=16, to measure the two).
+//
+// Every CTA merges for itself the context it reads: a merge by one CTA a head, whose context the
+// others then waited for, put a second round trip through L2 on the step's chain and held the
+// merging CTAs' own next phase behind it (in Nsight Compute, 7 % of the warps' samples waited at
+// the phase's end behind the merges and the heads' counts: bench/RESULTS.md, forty-fifth
+// session).
+template <class T, int kLanes>
 __device__ __noinline__ void merge_into(const uint64_t* partials, int heads, int chunks, int stride,
                                         uint32_t tag, T* vector) {
+  constexpr int kHeadsAWarp = 32 / kLanes;
+  constexpr int kValues = kHeadDim / kLanes;
+  // Partials in flight together: a head's 6 chunks on 132 SMs (large-v3's 20 heads) in one round.
+  constexpr int kUnroll = 6;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  for (int head = warp; head < heads; head += kComputeWarps) {
+  const int group = lane / kLanes, sub = lane % kLanes;
+  // (The loop runs the same on every lane of a warp: its shuffles and votes take all 32.)
+  for (int first_head = kHeadsAWarp * warp; first_head < heads;
+       first_head += kHeadsAWarp * kComputeWarps) {
+    const int head = first_head + group;
+    const bool active = head < heads;
     const uint64_t* first = partials + int64_t{head} * stride * kPartial;
     // One pass: each round of partials raises the running maximum and rescales the sums to it.
-    float maximum = -INFINITY, weights = 0.0f, sum[2] = {0.0f, 0.0f};
-    // Partials in flight together: a head's 6 chunks on 132 SMs (large-v3's 20 heads) in one
-    // round; with 8 the kernel spilled 44 bytes of registers, and merge_into 12.
-    constexpr int kUnroll = 6;
+    float maximum = -INFINITY, weights = 0.0f, sum[kValues] = {};
     for (int round = 0; round < chunks; round += kUnroll) {
-      float m[kUnroll], l[kUnroll], a[kUnroll][2];
+      float a[kUnroll][kValues], own_max, own_sum;
       unsigned long long since = 0;
       for (;;) {
-        bool ready = true;
+        // Lane `sub` < kUnroll: the maximum and sum of the round's partial `sub`.
+        const bool has_stats = active && sub < kUnroll && round + sub < chunks;
+        uint64_t stats[2] = {0, 0};
+        if (has_stats) load_relaxed_pair(first + (round + sub) * kPartial, stats[0], stats[1]);
+        bool ready = !has_stats || (tagged_as(stats[0], tag) && tagged_as(stats[1], tag));
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
-          const uint64_t* part = first + (round + u) * kPartial;
-          const bool real = round + u < chunks;
-          uint64_t words[4] = {0, 0, 0, 0};
+          const bool real = active && round + u < chunks;
+          uint64_t words[kValues] = {};
           if (real) {  // (a partial is 66 words: every one starts at a 16-byte boundary)
-            load_relaxed_pair(part, words[0], words[1]);
-            load_relaxed_pair(part + 2 + 2 * lane, words[2], words[3]);
+            const uint64_t* at = first + (round + u) * kPartial + 2 + kValues * sub;
+#pragma unroll
+            for (int i = 0; i < kValues; i += 2) load_relaxed_pair(at + i, words[i], words[i + 1]);
           }
 #pragma unroll
-          for (int i = 0; i < 4; ++i) ready = ready && (!real || tagged_as(words[i], tag));
-          m[u] = real ? __uint_as_float(static_cast<uint32_t>(words[0])) : -INFINITY;
-          l[u] = real ? __uint_as_float(static_cast<uint32_t>(words[1])) : 0.0f;
-          a[u][0] = real ? __uint_as_float(static_cast<uint32_t>(words[2])) : 0.0f;
-          a[u][1] = real ? __uint_as_float(static_cast<uint32_t>(words[3])) : 0.0f;
+          for (int i = 0; i < kValues; ++i) {
+            ready = ready && (!real || tagged_as(words[i], tag));
+            a[u][i] = __uint_as_float(static_cast<uint32_t>(words[i]));  // 0.0 where not real
+          }
         }
-        if (ready) break;
+        own_max = has_stats ? __uint_as_float(static_cast<uint32_t>(stats[0])) : -INFINITY;
+        own_sum = __uint_as_float(static_cast<uint32_t>(stats[1]));
+        if (__all_sync(kFullWarp, ready)) break;
         pause_waiting(since);
+      }
+      float m[kUnroll], l[kUnroll];
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        m[u] = __shfl_sync(kFullWarp, own_max, group * kLanes + u);
+        l[u] = __shfl_sync(kFullWarp, own_sum, group * kLanes + u);
       }
       float round_max = -INFINITY;
 #pragma unroll
@@ -969,14 +993,22 @@ __device__ __noinline__ void merge_into(const uint64_t* partials, int heads, int
       for (int u = 0; u < kUnroll; ++u) {
         const float weight = __expf(m[u] - reference);
         weights = fmaf(weight, l[u], weights);
-        sum[0] = fmaf(weight, a[u][0], sum[0]);
-        sum[1] = fmaf(weight, a[u][1], sum[1]);
+#pragma unroll
+        for (int i = 0; i < kValues; ++i) sum[i] = fmaf(weight, a[u][i], sum[i]);
       }
     }
+    if (!active) continue;
     // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
     // gives it.
-    *reinterpret_cast<uint32_t*>(vector + head * kHeadDim + 2 * lane) = pack_pair<T>(
-        weights > 0.0f ? sum[0] / weights : 0.0f, weights > 0.0f ? sum[1] / weights : 0.0f);
+    uint32_t words[kValues / 2];
+#pragma unroll
+    for (int i = 0; i < kValues / 2; ++i) {
+      words[i] = pack_pair<T>(weights > 0.0f ? sum[2 * i] / weights : 0.0f,
+                              weights > 0.0f ? sum[2 * i + 1] / weights : 0.0f);
+    }
+    T* out = vector + head * kHeadDim + kValues * sub;
+#pragma unroll
+    for (int i = 0; i < kValues / 2; ++i) reinterpret_cast<uint32_t*>(out)[i] = words[i];
   }
 }
 
@@ -1054,9 +1086,14 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     } else if (kind == 7) {
       load_into<T>(p.tagged_hidden, product.depth, read_tag, p.poll_ns, vector);
     } else if (chunks > 1) {
-      merge_into<T>(kind == 2 ? p.self_partials : p.cross_partials, p.heads, chunks,
-                    kind == 2 ? p.self_chunks : p.cross_chunks, partial_tag(phases_before - 1),
-                    vector);
+      const uint64_t* partials = kind == 2 ? p.self_partials : p.cross_partials;
+      const int stride = kind == 2 ? p.self_chunks : p.cross_chunks;
+      const uint32_t partials_read = partial_tag(phases_before - 1);
+      if (p.merge_lanes == 16) {
+        merge_into<T, 16>(partials, p.heads, chunks, stride, partials_read, vector);
+      } else {
+        merge_into<T, 32>(partials, p.heads, chunks, stride, partials_read, vector);
+      }
     } else {
       load_into<T>(p.tagged_context, product.depth, read_tag, p.poll_ns, vector);
     }
@@ -1388,6 +1425,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.only = only;
   // (Read at each call, as HARK_CUDA_STEP_KERNEL is, so that a test can compare both.)
   p.self_copies = !environment_is("HARK_CUDA_STEP_SELF_COPIES", "0");
+  p.merge_lanes = environment_is("HARK_CUDA_STEP_MERGE_LANES", "16") ? 16 : 32;
   p.keys = step.keys;
   p.values = step.values;
   p.cache_layer_stride = step.cache_layer_stride;
