@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "compute/cuda/cuda.h"
@@ -29,6 +28,7 @@ struct StepCase {
   const char* name;
   int d_model, heads, ffn, decoder_layers;
   DType type;
+  int tokens;  // after a prompt of 4
 };
 
 void PrintTo(const StepCase& c, std::ostream* out) {
@@ -63,25 +63,22 @@ TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
   const auto windows = model->encode_batch(mel, 3);
   const Prompt prompt = make_prompt(vocabulary, config.max_target_positions, {},
                                     vocabulary.first_language, vocabulary.transcribe, false);
-  // 100 tokens after a prompt of 4: the self-attention spans two chunks of 64 positions.
-  const std::vector<GreedyJob> job = {{windows[1], prompt.tokens, prompt.sot_index, 100}};
+  // 100 tokens: the self-attention spans two chunks of 64 positions; 400: seven, which with 20
+  // heads are more items than a Hopper GPU's 132 CTAs, so that some CTAs attend twice.
+  const std::vector<GreedyJob> job = {{windows[1], prompt.tokens, prompt.sot_index, c.tokens}};
   std::vector<GreedyOutcome> per_op;
   {
     const testing::ScopedEnv off("HARK_CUDA_STEP_KERNEL", "0");
     per_op = model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
   }
   ASSERT_EQ(per_op.size(), 1u);
-  EXPECT_EQ(per_op[0].tokens.size(), 100u);
-  // The one-launch step by default, with the self-attention's earlier keys and values loaded by
-  // the attention instead of the copy warp, and with the partial softmaxes merged by half a warp a
-  // head instead of a warp.
-  const std::pair<const char*, const char*> forms[] = {{"HARK_CUDA_STEP_SELF_COPIES", "1"},
-                                                       {"HARK_CUDA_STEP_SELF_COPIES", "0"},
-                                                       {"HARK_CUDA_STEP_MERGE_LANES", "16"}};
-  for (const auto& [name, value] : forms) {
-    SCOPED_TRACE(std::string(name) + "=" + value);
+  EXPECT_EQ(per_op[0].tokens.size(), static_cast<size_t>(c.tokens));
+  // The one-launch step, with the self-attention's earlier keys and values copied ahead by the
+  // copy warp (the default) and loaded by the attention itself.
+  for (const char* self_copies : {"1", "0"}) {
+    SCOPED_TRACE(std::string("HARK_CUDA_STEP_SELF_COPIES=") + self_copies);
     const testing::ScopedEnv on("HARK_CUDA_STEP_KERNEL", "1");
-    const testing::ScopedEnv form(name, value);
+    const testing::ScopedEnv form("HARK_CUDA_STEP_SELF_COPIES", self_copies);
     const std::vector<GreedyOutcome> one_launch =
         model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
     ASSERT_EQ(one_launch.size(), 1u);
@@ -91,14 +88,14 @@ TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Widths, WhisperCudaStepKernel,
-                         ::testing::Values(StepCase{"tiny_f16", 384, 6, 1536, 4, DType::F16},
-                                           StepCase{"tiny_bf16", 384, 6, 1536, 4, DType::BF16},
-                                           // large-v3's widths (its fc2 is 5120 deep), two layers
-                                           StepCase{"large_f16", 1280, 20, 5120, 2, DType::F16}),
-                         [](const ::testing::TestParamInfo<StepCase>& info) {
-                           return std::string(info.param.name);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Widths, WhisperCudaStepKernel,
+    ::testing::Values(StepCase{"tiny_f16", 384, 6, 1536, 4, DType::F16, 100},
+                      StepCase{"tiny_bf16", 384, 6, 1536, 4, DType::BF16, 100},
+                      // large-v3's widths (its fc2 is 5120 deep), two layers
+                      StepCase{"large_f16", 1280, 20, 5120, 2, DType::F16, 100},
+                      StepCase{"large_f16_long", 1280, 20, 5120, 2, DType::F16, 400}),
+    [](const ::testing::TestParamInfo<StepCase>& info) { return std::string(info.param.name); });
 
 // Every Whisper size's step (its decoder at full capacity) fits the kernel's layout on an H100
 // SXM or H200 (132 SMs, 227 KB of shared memory a block), in F16 and BF16: a layout that grows

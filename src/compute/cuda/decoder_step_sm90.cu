@@ -17,8 +17,8 @@
 // barrier separates the phases: x, the context and the hidden vector go as tagged vectors (each
 // value with a tag naming the phase that wrote it; a reader loads until the tags are right), and
 // so do q, k and v, of which an attention loads only its head's rows. Its CTAs write their
-// partial softmaxes tagged too, and every CTA of the next phase merges them into the context it
-// reads.
+// partial softmaxes tagged too, and the CTA of the head's first chunk merges them into the
+// context.
 //
 // What a phase reads that no phase of the step writes (the weights, biases, γ and β; the
 // cross-attention's keys and values; the self-attention's of the positions before the step's) is
@@ -142,8 +142,6 @@ struct Params {
   // item); HARK_CUDA_STEP_SELF_COPIES=0 loads them from global memory in the attention instead,
   // to measure the copies against it.
   bool self_copies;
-  // The lanes a head of merge_into: 32, or 16 with HARK_CUDA_STEP_MERGE_LANES=16.
-  int merge_lanes;
 };
 
 // HARK_CUDA_STEP_ONLY=copies: the copy warp streams every phase's bytes and the compute warps
@@ -402,6 +400,11 @@ __device__ __forceinline__ void load_relaxed_pair(const uint64_t* at, uint64_t& 
                : "=l"(first), "=l"(second)
                : "l"(at)
                : "memory");
+}
+__device__ __forceinline__ uint64_t load_relaxed(const uint64_t* at) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(at) : "memory");
+  return v;
 }
 __device__ __forceinline__ bool tagged_as(uint64_t word, uint32_t tag) {
   return static_cast<uint32_t>(word >> 32) == tag;
@@ -809,8 +812,8 @@ __device__ void load_into(const uint32_t* words, int64_t width, uint32_t tag, un
   }
 }
 
-// Where a chunk's attention goes: its partial softmax, tagged, for the next phase's merges
-// (merge_into); or where the head has a single chunk, the head's 64 values of the context itself,
+// Where a chunk's attention goes: its partial softmax, tagged, for the merge of its head
+// (merge_head); or where the head has a single chunk, the head's 64 values of the context itself,
 // tagged, since merging one partial divides its sums as the chunk can, and each of the next
 // phase's CTAs then loads the head's 256 bytes of the context rather than its 528-byte partial.
 struct Attended {
@@ -894,7 +897,7 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   }
   *reinterpret_cast<float2*>(reduce + warp * kHeadDim + 2 * lane) = make_float2(low, high);
   compute_sync();
-  // Warp 0 writes the partial, or the context as merge_into would make it of this one partial.
+  // Warp 0 writes the partial, or the context as merge_head would make it of this one partial.
   if (warp == 0) {
     float2 sum = make_float2(0.0f, 0.0f);
 #pragma unroll
@@ -920,96 +923,59 @@ __device__ __noinline__ void attend(const T* keys, const T* values, int64_t stri
   compute_sync();
 }
 
-// vector [heads · 64] := the context: each head's `chunks` partial softmaxes (the head's first is
-// `stride` chunks after the last head's first), once they carry `tag`, merged and rounded to T;
-// kLanes lanes a head (32 or 16), each 64 / kLanes of its values. A round's maxima and sums are
-// loaded by one lane a partial and shuffled to the others. With a warp a head, large-v3's 20 heads
-// take two rounds of the 15 warps, the second's loads sent only once the first's have come back
-// from L2; with half a warp a head, one (HARK_CUDA_STEP_MERGE_LANES=16, to measure the two).
-//
-// Every CTA merges for itself the context it reads: a merge by one CTA a head, whose context the
-// others then waited for, put a second round trip through L2 on the step's chain and held the
-// merging CTAs' own next phase behind it (in Nsight Compute, 7 % of the warps' samples waited at
-// the phase's end behind the merges and the heads' counts: bench/RESULTS.md, forty-fifth
-// session).
-template <class T, int kLanes>
-__device__ __noinline__ void merge_into(const uint64_t* partials, int heads, int chunks, int stride,
-                                        uint32_t tag, T* vector) {
-  constexpr int kHeadsAWarp = 32 / kLanes;
-  constexpr int kValues = kHeadDim / kLanes;
-  // Partials in flight together: a head's 6 chunks on 132 SMs (large-v3's 20 heads) in one round.
-  constexpr int kUnroll = 6;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = lane / kLanes, sub = lane % kLanes;
-  // (The loop runs the same on every lane of a warp: its shuffles and votes take all 32.)
-  for (int first_head = kHeadsAWarp * warp; first_head < heads;
-       first_head += kHeadsAWarp * kComputeWarps) {
-    const int head = first_head + group;
-    const bool active = head < heads;
-    const uint64_t* first = partials + int64_t{head} * stride * kPartial;
-    // One pass: each round of partials raises the running maximum and rescales the sums to it.
-    float maximum = -INFINITY, weights = 0.0f, sum[kValues] = {};
-    for (int round = 0; round < chunks; round += kUnroll) {
-      float a[kUnroll][kValues], own_max, own_sum;
-      unsigned long long since = 0;
-      for (;;) {
-        // Lane `sub` < kUnroll: the maximum and sum of the round's partial `sub`.
-        const bool has_stats = active && sub < kUnroll && round + sub < chunks;
-        uint64_t stats[2] = {0, 0};
-        if (has_stats) load_relaxed_pair(first + (round + sub) * kPartial, stats[0], stats[1]);
-        bool ready = !has_stats || (tagged_as(stats[0], tag) && tagged_as(stats[1], tag));
+// The head's `chunks` partial softmaxes (partials: the head's first), once they carry
+// `partials_tag`, merged into the head's 64 values of the context (tagged `tag`), rounded to T
+// (threads 0-63, a value each). The CTA of the head's first chunk merges (run_phase): only it
+// waits for other CTAs' partials. When every CTA of the next phase merged for itself (loading
+// 20 × 6 partials of 528 bytes from L2 where the tagged context is 5 KB), the step took 1.48-1.53
+// ms on an H100 against 1.43 with this, the next phase's wait for its vector three times as long
+// (bench/RESULTS.md, forty-seventh session).
+template <class T>
+__device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, uint32_t partials_tag,
+                                        uint32_t* context, uint32_t tag) {
+  if (threadIdx.x >= kHeadDim) return;
+  // One pass: each round of partials raises the running maximum and rescales the sums to it.
+  float maximum = -INFINITY, weights = 0.0f, sum[1] = {0.0f};
+  constexpr int kUnroll = 8;  // loads in flight together
+  for (int first = 0; first < chunks; first += kUnroll) {
+    float m[kUnroll], l[kUnroll], a[kUnroll];
+    unsigned long long since = 0;
+    for (;;) {
+      bool ready = true;
 #pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const bool real = active && round + u < chunks;
-          uint64_t words[kValues] = {};
-          if (real) {  // (a partial is 66 words: every one starts at a 16-byte boundary)
-            const uint64_t* at = first + (round + u) * kPartial + 2 + kValues * sub;
-#pragma unroll
-            for (int i = 0; i < kValues; i += 2) load_relaxed_pair(at + i, words[i], words[i + 1]);
-          }
-#pragma unroll
-          for (int i = 0; i < kValues; ++i) {
-            ready = ready && (!real || tagged_as(words[i], tag));
-            a[u][i] = __uint_as_float(static_cast<uint32_t>(words[i]));  // 0.0 where not real
-          }
+      for (int u = 0; u < kUnroll; ++u) {
+        const uint64_t* part = partials + (first + u) * kPartial;
+        const bool real = first + u < chunks;
+        uint64_t words[3] = {0, 0, 0};
+        if (real) {  // (a partial is 66 words: every one starts at a 16-byte boundary)
+          load_relaxed_pair(part, words[0], words[1]);
+          words[2] = load_relaxed(part + 2 + threadIdx.x);
         }
-        own_max = has_stats ? __uint_as_float(static_cast<uint32_t>(stats[0])) : -INFINITY;
-        own_sum = __uint_as_float(static_cast<uint32_t>(stats[1]));
-        if (__all_sync(kFullWarp, ready)) break;
-        pause_waiting(since);
+        ready = ready &&
+                (!real || (tagged_as(words[0], partials_tag) && tagged_as(words[1], partials_tag) &&
+                           tagged_as(words[2], partials_tag)));
+        m[u] = real ? __uint_as_float(static_cast<uint32_t>(words[0])) : -INFINITY;
+        l[u] = __uint_as_float(static_cast<uint32_t>(words[1]));  // 0.0 where not real
+        a[u] = __uint_as_float(static_cast<uint32_t>(words[2]));
       }
-      float m[kUnroll], l[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        m[u] = __shfl_sync(kFullWarp, own_max, group * kLanes + u);
-        l[u] = __shfl_sync(kFullWarp, own_sum, group * kLanes + u);
-      }
-      float round_max = -INFINITY;
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) round_max = fmaxf(round_max, m[u]);
-      const float reference = raise_maximum(maximum, weights, sum, round_max,
-                                            [](float value) { return __expf(value); });
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const float weight = __expf(m[u] - reference);
-        weights = fmaf(weight, l[u], weights);
-#pragma unroll
-        for (int i = 0; i < kValues; ++i) sum[i] = fmaf(weight, a[u][i], sum[i]);
-      }
+      if (ready) break;
+      pause_waiting(since);
     }
-    if (!active) continue;
-    // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
-    // gives it.
-    uint32_t words[kValues / 2];
+    float round_max = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < kValues / 2; ++i) {
-      words[i] = pack_pair<T>(weights > 0.0f ? sum[2 * i] / weights : 0.0f,
-                              weights > 0.0f ? sum[2 * i + 1] / weights : 0.0f);
+    for (int u = 0; u < kUnroll; ++u) round_max = fmaxf(round_max, m[u]);
+    const float reference =
+        raise_maximum(maximum, weights, sum, round_max, [](float value) { return __expf(value); });
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const float weight = __expf(m[u] - reference);
+      weights = fmaf(weight, l[u], weights);
+      sum[0] = fmaf(weight, a[u], sum[0]);
     }
-    T* out = vector + head * kHeadDim + kValues * sub;
-#pragma unroll
-    for (int i = 0; i < kValues / 2; ++i) reinterpret_cast<uint32_t*>(out)[i] = words[i];
   }
+  // A sequence that is done attends to nothing (its lengths are 0): zeros, as decode_attention
+  // gives it.
+  store_tagged<T>(context + threadIdx.x, weights > 0.0f ? sum[0] / weights : 0.0f, tag);
 }
 
 // The sums of a product's rows [first, end) from its region of the ring (rows of `depth` from
@@ -1060,8 +1026,9 @@ __device__ __noinline__ void product_sums(const Region& region, Rows r, int64_t 
 // written next by phases 2, 5 and 7, each of which takes the whole context or hidden vector, and
 // with it every CTA's work of the phases between (every CTA has rows of q, k and v, and of the
 // hidden vector); likewise the context (read by 2 and 5, written by 4 and the next layer's 1),
-// the partial softmaxes it is merged from (read by 2 and 5, written again a layer later) and the
-// hidden vector (read by 7, written by the next layer's 6).
+// the partial softmaxes it is merged from (read by the merging CTAs of 1 and 4 before they write
+// the context, written again a layer later) and the hidden vector (read by 7, written by the next
+// layer's 6).
 template <class T, class Mark>
 __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w, int phase,
                           const Region& region, T* vector, float* own, float* scores, float* reduce,
@@ -1079,21 +1046,10 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   if (product_of(p, w, phase, product)) {
     const Share share =
         share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
-    // The context of an attention in several chunks is its partials, merged here.
-    const int chunks = kind == 2 ? step.chunks : p.cross_chunks;
     if (product.gamma != nullptr) {
       norm_into<T>(p, region, share, product.eps, read_tag, vector, scratch);
     } else if (kind == 7) {
       load_into<T>(p.tagged_hidden, product.depth, read_tag, p.poll_ns, vector);
-    } else if (chunks > 1) {
-      const uint64_t* partials = kind == 2 ? p.self_partials : p.cross_partials;
-      const int stride = kind == 2 ? p.self_chunks : p.cross_chunks;
-      const uint32_t partials_read = partial_tag(phases_before - 1);
-      if (p.merge_lanes == 16) {
-        merge_into<T, 16>(partials, p.heads, chunks, stride, partials_read, vector);
-      } else {
-        merge_into<T, 32>(partials, p.heads, chunks, stride, partials_read, vector);
-      }
     } else {
       load_into<T>(p.tagged_context, product.depth, read_tag, p.poll_ns, vector);
     }
@@ -1136,6 +1092,10 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
       }
       return;
     }
+    // The head whose partials this CTA merges (it attends to the head's first chunk), once all
+    // its items are done: a merge waits for other CTAs' items, and one of those may be the
+    // second item of a CTA that merges another head (from 7 chunks on, past 132 items).
+    int merged_head = -1;
     int head, chunk;
     for (int round = 0; self_item(p, chunks, round, head, chunk); ++round) {
       const int first = chunk * kSelfChunk;
@@ -1157,6 +1117,11 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
                         staged, p.scale, scores, reduce, scratch, to);
       }
       vector_ready();
+      if (chunk == 0 && chunks > 1) merged_head = head;
+    }
+    if (merged_head >= 0) {
+      merge_head<T>(p.self_partials + int64_t{merged_head} * p.self_chunks * kPartial, chunks,
+                    partials_tag, p.tagged_context + merged_head * kHeadDim, tag);
     }
     return;
   }
@@ -1167,11 +1132,15 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   const T* keys_here = reinterpret_cast<const T*>(region.at(0));
   uint64_t* head_partials = p.cross_partials + int64_t{item.head} * p.cross_chunks * kPartial;
   uint32_t* context = p.tagged_context + item.head * kHeadDim;
-  attend<T, false>(keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim,
-                   count, nullptr, -1, staged, p.scale, scores, reduce, scratch,
-                   {p.cross_chunks > 1 ? head_partials + item.chunk * kPartial : nullptr,
-                    partials_tag, context, tag});
+  const bool merged = p.cross_chunks > 1;
+  attend<T, false>(
+      keys_here, keys_here + int64_t{p.cross_boxes} * kBoxRows * kHeadDim, kHeadDim, count, nullptr,
+      -1, staged, p.scale, scores, reduce, scratch,
+      {merged ? head_partials + item.chunk * kPartial : nullptr, partials_tag, context, tag});
   vector_ready();
+  if (item.chunk == 0 && merged) {
+    merge_head<T>(head_partials, p.cross_chunks, partials_tag, context, tag);
+  }
 }
 
 template <class T>
@@ -1425,7 +1394,6 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.only = only;
   // (Read at each call, as HARK_CUDA_STEP_KERNEL is, so that a test can compare both.)
   p.self_copies = !environment_is("HARK_CUDA_STEP_SELF_COPIES", "0");
-  p.merge_lanes = environment_is("HARK_CUDA_STEP_MERGE_LANES", "16") ? 16 : 32;
   p.keys = step.keys;
   p.values = step.values;
   p.cache_layer_stride = step.cache_layer_stride;

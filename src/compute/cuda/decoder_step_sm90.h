@@ -10,13 +10,14 @@
 // values that earlier steps or the encoder wrote) into a ring of shared memory, as far ahead as
 // the ring holds, with few bytes in flight at a time.
 //
-// In its last measured form (the forty-fifth session's) it gave the launches' tokens (the GPU
-// suite passed with it on); on an H100 it was faster than them for large-v3 (1.48 ms against
-// 1.58) and level for turbo (0.257 against 0.258), and on an H200 slower (large-v3 1.500 against
-// 1.461, turbo 0.250 against 0.235: bench/RESULTS.md, forty-first and forty-fifth sessions). The
-// forty-sixth session's changes (q, k and v tagged, the partials merged by their readers, the
-// self-attention's earlier keys and values copied ahead) have not run on a GPU yet. The Whisper
-// decoder takes it only with HARK_CUDA_STEP_KERNEL=1.
+// It gives the launches' tokens (its GPU tests), and on an H100 it is faster than them: large-v3
+// 1.431-1.435 ms against 1.586-1.591 in the forty-fifth session's last form, turbo 0.253 against
+// 0.265. On an H200 it has not beaten them yet (the forty-first session: large-v3 1.500 against
+// 1.461, turbo 0.250 against 0.235; bench/RESULTS.md). The current form (q, k and v tagged, the
+// self-attention's earlier keys and values copied ahead, the partials merged by each head's first
+// CTA) has not run on a GPU as a whole: with the partials merged by every reader instead, it
+// passed the tests and took 1.48-1.53 ms (forty-seventh session). The Whisper decoder takes it
+// only with HARK_CUDA_STEP_KERNEL=1.
 #pragma once
 
 #include <cuda_runtime.h>
