@@ -814,8 +814,8 @@ __device__ void load_into(const uint32_t* words, int64_t width, uint32_t tag, un
 
 // Where a chunk's attention goes: its partial softmax, tagged, for the merge of its head
 // (merge_head); or where the head has a single chunk, the head's 64 values of the context itself,
-// tagged, since merging one partial divides its sums as the chunk can, and each of the next
-// phase's CTAs then loads the head's 256 bytes of the context rather than its 528-byte partial.
+// tagged, since merging one partial divides its sums as the chunk can (and the merge's round trip
+// through L2 is a wait of the step's chain; bench/RESULTS.md, forty-fifth session).
 struct Attended {
   uint64_t* partial;  // null: the context
   uint32_t partial_tag;
@@ -1048,10 +1048,9 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
         share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
     if (product.gamma != nullptr) {
       norm_into<T>(p, region, share, product.eps, read_tag, vector, scratch);
-    } else if (kind == 7) {
-      load_into<T>(p.tagged_hidden, product.depth, read_tag, p.poll_ns, vector);
     } else {
-      load_into<T>(p.tagged_context, product.depth, read_tag, p.poll_ns, vector);
+      load_into<T>(kind == 7 ? p.tagged_hidden : p.tagged_context, product.depth, read_tag,
+                   p.poll_ns, vector);
     }
     compute_sync();
     vector_ready();
