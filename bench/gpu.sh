@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Everything the GPU machine checks and measures, in one call (figures and commands: bench/RESULTS.md):
 #   bench/gpu.sh OUT_DIR [BUILD_DIR] [STAGE...]
-# STAGE: tests (GPU unit and parity tests), step-kernel-suite (the same with the one-launch
-# batch-1 step on, HARK_CUDA_STEP_KERNEL=1), large (large-v3 parity against transformers fp16/fp32),
+# STAGE: tests (GPU unit and parity tests), launch-step-suite (the same with the one-launch
+# batch-1 step off, HARK_CUDA_STEP_KERNEL=0), large (large-v3 parity against transformers fp16/fp32),
 # bench (hark bench on large-v3 / turbo, f16 and q8_0), transformers (the same workload with
 # transformers, for the ratios), parakeet (hark bench and bench/transformers_parakeet.py on
 # parakeet-tdt-0.6b-v2 and parakeet-ctc-1.1b, bf16, and hark bench --products), parakeet-oracle (tools/oracle/parakeet.py:
@@ -57,14 +57,14 @@ if has tests; then
   grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$out/tests.log" | tail -40 >> "$summary"
 fi
 
-if has step-kernel-suite; then
-  # The GPU tests with the one-launch batch-1 step taken wherever it runs (HARK_CUDA_STEP_KERNEL=1:
-  # every batch-1 decode over native K/V), as it would be as the default.
-  echo "== GPU tests, the one-launch step on" | tee -a "$summary"
-  HARK_CUDA_STEP_KERNEL=1 timeout 400 "$build/tests/hark_tests" \
-    --gtest_filter='*Cuda*:*Parity*cuda*' > "$out/step-kernel-suite.log" 2>&1
+if has launch-step-suite; then
+  # The GPU tests with every step launch per op (HARK_CUDA_STEP_KERNEL=0), where by default a
+  # batch-1 step over native K/V runs as one launch.
+  echo "== GPU tests, the one-launch step off" | tee -a "$summary"
+  HARK_CUDA_STEP_KERNEL=0 timeout 400 "$build/tests/hark_tests" \
+    --gtest_filter='*Cuda*:*Parity*cuda*' > "$out/launch-step-suite.log" 2>&1
   echo "exit $?" >> "$summary"
-  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$out/step-kernel-suite.log" \
+  grep -E "^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|tests ran" "$out/launch-step-suite.log" \
     | tail -40 >> "$summary"
 fi
 
@@ -187,13 +187,13 @@ if has experiments; then
   # int8-registers and int8-staged put every batch's INT8 cross-attention on one form (the default
   # stages from 8 sequences of large-v3); int8-frames attends over INT8 frames instead of the
   # storage HARK_EXP_CROSS_KV names (a variant's settings come after it and win); int8-auto takes
-  # INT8 frames from 60 windows and INT8 K/V below; step-kernel runs batch 1 as one persistent
-  # launch (decoder_step_sm90.h; over native K/V, so against "native"), with CTA 0's time by
-  # phase in its log; step-kernel-16 and -128 keep 16 or 128 KB of its copies in flight a CTA (64
-  # by default); step-kernel-poll-256 and -1000 sleep that many ns between a tagged vector's
-  # tries (32 by default); step-kernel-copies and step-kernel-work time one side of it alone
-  # (HARK_CUDA_STEP_ONLY: the copies with nothing computed, the phases with nothing copied; the
-  # second with CTA 0's time by phase).
+  # INT8 frames from 60 windows and INT8 K/V below; native runs batch 1 as one persistent launch
+  # (decoder_step_sm90.h, the default over native K/V), native-launches launch per op; step-kernel
+  # is native with CTA 0's time by phase in its log; step-kernel-16 and -128 keep 16 or 128 KB
+  # of its copies in flight a CTA (64 by default); step-kernel-poll-256 and -1000 sleep that many
+  # ns between a tagged vector's tries (32 by default); step-kernel-copies and step-kernel-work
+  # time one side of it alone (HARK_CUDA_STEP_ONLY: the copies with nothing computed, the phases
+  # with nothing copied; the second with CTA 0's time by phase).
   # HARK_EXP_DEADLINE (seconds since the script started) skips the runs that would start after
   # it, so that the summary is written before the call's time runs out. The runs' logs go to
   # OUT_DIR/experiments.tar.gz.
@@ -215,13 +215,14 @@ if has experiments; then
     "int8-frames|f16|HARK_CUDA_CROSS_KV=int8-frames"
     "int8-auto|f16|HARK_CUDA_CROSS_KV=int8-auto"
     "native|f16|HARK_CUDA_CROSS_KV=native"
-    "step-kernel|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_TIMING=1"
-    "step-kernel-16|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=16"
-    "step-kernel-128|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_IN_FLIGHT=128"
-    "step-kernel-poll-256|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_POLL_NS=256"
-    "step-kernel-poll-1000|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_POLL_NS=1000"
-    "step-kernel-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_ONLY=copies"
-    "step-kernel-work|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 HARK_CUDA_STEP_ONLY=work HARK_CUDA_STEP_TIMING=1"
+    "native-launches|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=0"
+    "step-kernel|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_TIMING=1"
+    "step-kernel-16|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_IN_FLIGHT=16"
+    "step-kernel-128|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_IN_FLIGHT=128"
+    "step-kernel-poll-256|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_POLL_NS=256"
+    "step-kernel-poll-1000|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_POLL_NS=1000"
+    "step-kernel-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=copies"
+    "step-kernel-work|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=work HARK_CUDA_STEP_TIMING=1"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"
     "q8-step-skinny|q8_0|HARK_CUDA_SKINNY_STEP=1"
@@ -360,7 +361,7 @@ if has stalls; then
   # others, in the runs hark bench brackets with HARK_NCU_RUN (the sections stage's defaults),
   # summed by bench/ncu_stalls.py. E.g. the one-launch step: HARK_NCU_KERNEL=decoder_step_kernel
   # HARK_NCU_RUN='--model large-v3 --type f16 --batches 1 --tokens 12 --windows 1'
-  # HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=1 (bench/RESULTS.md, forty-fifth session).
+  # HARK_CUDA_CROSS_KV=native (bench/RESULTS.md, forty-fifth session).
   echo "== Nsight Compute: warp stalls of one kernel" | tee -a "$summary"
   report="$out/stalls"
   HARK_CUDA_CROSS_KV=${HARK_CUDA_CROSS_KV:-int8} timeout 400 "$ncu" --profile-from-start off \

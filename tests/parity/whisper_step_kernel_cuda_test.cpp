@@ -1,9 +1,10 @@
 // The one-launch decode step (compute/cuda/decoder_step_sm90.h), which the batched greedy search
-// takes for a single window with HARK_CUDA_STEP_KERNEL=1, against the launch-per-op step, on
-// random models of Whisper's real widths: the same greedy tokens over more than one chunk of
-// self-attention positions, and the same log-probabilities within F16/BF16 rounding. The tiny
-// test checkpoints have heads of 16 values, which the kernel does not take. Skipped without a
-// GPU, but for the check of the kernel's layout, which needs none.
+// takes for a single window by default (HARK_CUDA_STEP_KERNEL=1 here), against the launch-per-op
+// step (HARK_CUDA_STEP_KERNEL=0), on random models of Whisper's real widths: the same greedy
+// tokens over more than one chunk of self-attention positions, and the same log-probabilities
+// within F16/BF16 rounding. The tiny test checkpoints have heads of 16 values, which the kernel
+// does not take. Skipped without a GPU, but for the check of the kernel's layout, which needs
+// none.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -99,7 +100,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Every Whisper size's step (its decoder at full capacity) fits the kernel's layout on an H100
 // SXM or H200 (132 SMs, 227 KB of shared memory a block), in F16 and BF16: a layout that grows
-// past it makes decoder_step_runs refuse the step, and HARK_CUDA_STEP_KERNEL=1 fall back to the
+// past it makes decoder_step_runs refuse the step, and the decoder fall back to the
 // launch-per-op step. No GPU needed.
 TEST(WhisperCudaStepKernelLayout, EveryWhisperSizeFitsAHopperGpu) {
   constexpr int kMultiprocessors = 132;

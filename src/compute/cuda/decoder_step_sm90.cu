@@ -1,5 +1,6 @@
 // decoder_step (decoder_step_sm90.h): a single sequence's decode step in one persistent launch.
-// Opt-in (bench/RESULTS.md, thirty-ninth to forty-first sessions).
+// The Whisper decoder's default for one sequence over native K/V since the forty-eighth session
+// (bench/RESULTS.md, thirty-ninth to forty-eighth sessions).
 //
 // One CTA an SM, kThreads threads: kComputeWarps warps compute, the last one copies. A layer is
 // eight phases:

@@ -10,14 +10,12 @@
 // values that earlier steps or the encoder wrote) into a ring of shared memory, as far ahead as
 // the ring holds, with few bytes in flight at a time.
 //
-// It gives the launches' tokens (its GPU tests), and on an H100 it is faster than them: large-v3
-// 1.431-1.435 ms against 1.586-1.591 in the forty-fifth session's last form, turbo 0.253 against
-// 0.265. On an H200 it has not beaten them yet (the forty-first session: large-v3 1.500 against
-// 1.461, turbo 0.250 against 0.235; bench/RESULTS.md). The current form (q, k and v tagged, the
-// self-attention's earlier keys and values copied ahead, the partials merged by each head's first
-// CTA) has not run on a GPU as a whole: with the partials merged by every reader instead, it
-// passed the tests and took 1.48-1.53 ms (forty-seventh session). The Whisper decoder takes it
-// only with HARK_CUDA_STEP_KERNEL=1.
+// It gives the launches' tokens (its GPU tests, and the whole GPU suite with it taken wherever
+// it runs), and on an H100 it is 19 % faster than them: large-v3 1.283-1.296 ms against
+// 1.580-1.592, turbo 0.234-0.236 against 0.261-0.265 (bench/RESULTS.md, forty-eighth session).
+// On an H200 its last measurement is of a form 0.29 ms slower on an H100 (the forty-first
+// session: large-v3 1.500 against 1.461). The Whisper decoder takes it by default for one sequence over native K/V;
+// HARK_CUDA_STEP_KERNEL=0 turns it off.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -195,7 +195,7 @@ void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
                  const int32_t* cross_lengths, CrossKv cross, DecoderBuffers& scratch);
 
 // The shape of the one-launch step (gpu::decoder_step, which a step of one sequence over native
-// K/V takes with HARK_CUDA_STEP_KERNEL=1) for caches of `capacity` positions.
+// K/V takes unless HARK_CUDA_STEP_KERNEL=0) for caches of `capacity` positions.
 gpu::StepShape step_shape(const Config& config, int capacity);
 
 // to[i] = from[rows[i]], rows of `row_bytes`, on the device.

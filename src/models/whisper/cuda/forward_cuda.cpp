@@ -632,26 +632,28 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
   }
 }
 
-// Whether a step runs as one persistent launch (gpu::decoder_step): only with
-// HARK_CUDA_STEP_KERNEL=1 (read at each call), for one sequence over K/V stored natively, 16-bit
-// weights that are not Q8_0, and a shape the kernel takes on this GPU. Not the default: it gives
-// the same tokens, and on an H100 large-v3 steps in 1.48 ms with it against 1.58 without, but on
-// an H200 it was slower when last measured, 1.500 against 1.461 (bench/RESULTS.md, forty-first
-// and forty-fifth sessions).
+// Whether a step runs as one persistent launch (gpu::decoder_step): for one sequence over K/V
+// stored natively, 16-bit weights that are not Q8_0, and a shape the kernel takes on this GPU
+// (an H100 or H200), unless HARK_CUDA_STEP_KERNEL=0 (read at each call). It gives the launches'
+// tokens, and on an H100 large-v3 steps in 1.28-1.30 ms with it against 1.59 without, turbo in
+// 0.236 against 0.265 (bench/RESULTS.md, forty-eighth session).
 bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& caches,
                       const CrossKv& cross, gpu::Element e, int batch) {
   if (batch != 1 || cross.storage != CrossKvStorage::native || w.step_layers.bytes() == 0 ||
-      !gpu::environment_is("HARK_CUDA_STEP_KERNEL", "1")) {
+      gpu::environment_is("HARK_CUDA_STEP_KERNEL", "0")) {
     return false;
   }
   if (gpu::decoder_step_runs(e, step_shape(config, caches.capacity()))) return true;
-  // Asked for, and refused for the shape: said once, since the timings then are the other step's.
-  static std::once_flag said;
-  std::call_once(said, [] {
-    std::fprintf(stderr,
-                 "hark: HARK_CUDA_STEP_KERNEL=1, but the one-launch step does not take this "
-                 "model's step on this GPU (gpu::decoder_step_runs); it runs launch per op\n");
-  });
+  // Asked for by name, and refused for the shape: said once, since the timings then are the
+  // other step's. (By default a step the kernel does not take runs launch per op silently.)
+  if (gpu::environment_is("HARK_CUDA_STEP_KERNEL", "1")) {
+    static std::once_flag said;
+    std::call_once(said, [] {
+      std::fprintf(stderr,
+                   "hark: HARK_CUDA_STEP_KERNEL=1, but the one-launch step does not take this "
+                   "model's step on this GPU (gpu::decoder_step_runs); it runs launch per op\n");
+    });
+  }
   return false;
 }
 
