@@ -191,9 +191,10 @@ if has experiments; then
   # (decoder_step_sm90.h, the default over native K/V), native-launches launch per op; step-kernel
   # is native with CTA 0's time by phase in its log; step-kernel-16 and -128 keep 16 or 128 KB
   # of its copies in flight a CTA (64 by default); step-kernel-poll-256 and -1000 sleep that many
-  # ns between a tagged vector's tries (32 by default); step-kernel-copies and step-kernel-work
-  # time one side of it alone (HARK_CUDA_STEP_ONLY: the copies with nothing computed, the phases
-  # with nothing copied; the second with CTA 0's time by phase).
+  # ns between a tagged vector's tries (32 by default); step-kernel-copies, -weights and -work
+  # time one side of it alone (HARK_CUDA_STEP_ONLY: the copies with nothing computed, the same
+  # without the attentions' keys and values, the phases with nothing copied; the last with CTA
+  # 0's time by phase).
   # HARK_EXP_DEADLINE (seconds since the script started) skips the runs that would start after
   # it, so that the summary is written before the call's time runs out. The runs' logs go to
   # OUT_DIR/experiments.tar.gz.
@@ -222,6 +223,7 @@ if has experiments; then
     "step-kernel-poll-256|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_POLL_NS=256"
     "step-kernel-poll-1000|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_POLL_NS=1000"
     "step-kernel-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=copies"
+    "step-kernel-weights|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=weights"
     "step-kernel-work|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=work HARK_CUDA_STEP_TIMING=1"
     "q8-default|q8_0|"
     "q8-step-decode-linear|q8_0|HARK_CUDA_SKINNY_STEP=0"

@@ -149,9 +149,10 @@ struct Params {
 // free each region once its slices have landed, computing nothing (how fast the stream runs
 // alone). =work: the copy warp copies nothing, and the compute warps zero the ring once (the
 // values stay finite) and run every phase over it, waiting for no copy (how fast the phases and
-// their waits for each other run alone). Both leave the step's output meaningless: for timing
-// only.
-enum Only { kEverything = 0, kCopies = 1, kWork = 2 };
+// their waits for each other run alone). =weights: as copies, without the attentions' keys and
+// values (how much of the stream's time their boxes take, 128 bytes a row from rows far apart).
+// Each leaves the step's output meaningless: for timing only.
+enum Only { kEverything = 0, kCopies = 1, kWork = 2, kWeights = 3 };
 
 // How a launch divides the work, from the shape and the number of CTAs (one an SM).
 struct Layout {
@@ -555,7 +556,7 @@ template <class T, class Box, class Run>
 __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int chunks, int phase,
                                  Box box, Run run) {
   const int kind = phase % kPhases, layer = phase / kPhases;
-  if (layer >= p.n_layers) return 0;
+  if (layer >= p.n_layers || ((kind == 1 || kind == 4) && p.only == kWeights)) return 0;
   if (kind == 1) {
     int head, chunk;
     if (!p.self_copies || !self_item(p, chunks, 0, head, chunk)) return 0;
@@ -1207,7 +1208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const auto vector_ready = [&] {
       if (timed) p.timings[kMarks * phase + 1] = global_time();
     };
-    if (p.only != kCopies) {
+    if (p.only != kCopies && p.only != kWeights) {
       run_phase<T>(p, step, layers[phase / kPhases], phase, {shared, copies.offset, p.ring_bytes},
                    vector, own, scores, reduce, scratch, sums, vector_ready);
     }
@@ -1389,7 +1390,8 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
     if (value == nullptr || *value == 0) return int{kEverything};
     if (std::string(value) == "copies") return int{kCopies};
     if (std::string(value) == "work") return int{kWork};
-    fail("HARK_CUDA_STEP_ONLY: expected copies or work, got ", value);
+    if (std::string(value) == "weights") return int{kWeights};
+    fail("HARK_CUDA_STEP_ONLY: expected copies, weights or work, got ", value);
   }();
   p.only = only;
   // (Read at each call, as HARK_CUDA_STEP_KERNEL is, so that a test can compare both.)
