@@ -10,12 +10,12 @@
 // values that earlier steps or the encoder wrote) into a ring of shared memory, as far ahead as
 // the ring holds, with few bytes in flight at a time.
 //
-// It gives the launches' tokens (its GPU tests, and the whole GPU suite with it taken wherever
-// it runs), and on an H100 it is 19 % faster than them: large-v3 1.283-1.296 ms against
-// 1.580-1.592, turbo 0.234-0.236 against 0.261-0.265 (bench/RESULTS.md, forty-eighth session).
-// On an H200 its last measurement is of a form 0.29 ms slower on an H100 (the forty-first
-// session: large-v3 1.500 against 1.461). The Whisper decoder takes it by default for one
-// sequence over native K/V; HARK_CUDA_STEP_KERNEL=0 turns it off.
+// It gives the launches' tokens (its GPU tests, at large-v3's widths over 100 and 400 tokens),
+// and on an H100 it is 19 % faster than them: large-v3 1.283-1.296 ms against 1.580-1.592,
+// turbo 0.234-0.236 against 0.261-0.265 (bench/RESULTS.md, forty-eighth session). On an H200
+// its last measurement is of a form 0.29 ms slower on an H100 (the forty-first session: large-v3
+// 1.500 against 1.461). The Whisper decoder takes it by default for one sequence over native
+// K/V; HARK_CUDA_STEP_KERNEL=0 turns it off.
 #pragma once
 
 #include <cuda_runtime.h>
