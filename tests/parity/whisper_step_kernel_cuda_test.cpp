@@ -100,8 +100,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Every Whisper size's step (its decoder at full capacity) fits the kernel's layout on an H100
 // SXM or H200 (132 SMs, 227 KB of shared memory a block), in F16 and BF16: a layout that grows
-// past it makes decoder_step_runs refuse the step, and the decoder fall back to the
-// launch-per-op step. No GPU needed.
+// past it makes decoder_step_runs refuse the step, and the decoder fall back to the launch-per-op
+// step. No GPU needed.
 TEST(WhisperCudaStepKernelLayout, EveryWhisperSizeFitsAHopperGpu) {
   constexpr int kMultiprocessors = 132;
   constexpr int64_t kSharedPerBlock = 227 * 1024;

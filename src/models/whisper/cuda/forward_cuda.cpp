@@ -635,8 +635,8 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
 // Whether a step runs as one persistent launch (gpu::decoder_step): for one sequence over K/V
 // stored natively, 16-bit weights that are not Q8_0, and a shape the kernel takes on this GPU
 // (an H100 or H200), unless HARK_CUDA_STEP_KERNEL=0 (read at each call). It gives the launches'
-// tokens, and on an H100 large-v3 steps in 1.28-1.30 ms with it against 1.59 without, turbo in
-// 0.236 against 0.265 (bench/RESULTS.md, forty-eighth session).
+// tokens, and on an H100 large-v3 steps in 1.28-1.30 ms with it against 1.58-1.59 without, turbo
+// in 0.234-0.236 against 0.261-0.265 (bench/RESULTS.md, forty-eighth session).
 bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& caches,
                       const CrossKv& cross, gpu::Element e, int batch) {
   if (batch != 1 || cross.storage != CrossKvStorage::native || w.step_layers.bytes() == 0 ||
