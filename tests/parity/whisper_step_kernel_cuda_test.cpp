@@ -1,14 +1,15 @@
 // The one-launch decode step (compute/cuda/decoder_step_sm90.h), which the batched greedy search
-// takes for a single window by default (HARK_CUDA_STEP_KERNEL=1 here), against the launch-per-op
-// step (HARK_CUDA_STEP_KERNEL=0), on random models of Whisper's real widths: the same greedy
-// tokens over more than one chunk of self-attention positions, and the same log-probabilities
-// within F16/BF16 rounding. The tiny test checkpoints have heads of 16 values, which the kernel
-// does not take. Skipped without a GPU, but for the check of the kernel's layout, which needs
-// none.
+// takes for a single window by default (HARK_CUDA_STEP_KERNEL=1 here, which Q8_0 weights need),
+// against the launch-per-op step (HARK_CUDA_STEP_KERNEL=0), on random models of Whisper's real
+// widths: the same greedy tokens over more than one chunk of self-attention positions, and the
+// same log-probabilities within F16/BF16 rounding. The tiny test checkpoints have heads of 16
+// values, which the kernel does not take. Skipped without a GPU, but for the check of the kernel's
+// layout, which needs none.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "compute/cuda/cuda.h"
@@ -48,10 +49,12 @@ TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
   config.encoder_layers = 1;
   config.decoder_layers = c.decoder_layers;
 
+  // (Q8_0 weights run with F16 activations.)
   const auto element =
       c.type == DType::BF16 ? compute::cuda::Element::bf16 : compute::cuda::Element::f16;
-  if (!compute::cuda::decoder_step_runs(element,
-                                        cuda::step_shape(config, config.max_target_positions))) {
+  const bool q8_0 = c.type == DType::Q8_0;
+  if (!compute::cuda::decoder_step_runs(
+          element, cuda::step_shape(config, config.max_target_positions, q8_0))) {
     GTEST_SKIP() << "the one-launch step does not run on " << compute::cuda::describe();
   }
 
@@ -75,11 +78,15 @@ TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
   ASSERT_EQ(per_op.size(), 1u);
   EXPECT_EQ(per_op[0].tokens.size(), static_cast<size_t>(c.tokens));
   // The one-launch step, with the self-attention's earlier keys and values copied ahead by the
-  // copy warp (the default) and loaded by the attention itself.
-  for (const char* self_copies : {"1", "0"}) {
-    SCOPED_TRACE(std::string("HARK_CUDA_STEP_SELF_COPIES=") + self_copies);
+  // copy warp (the default) and loaded by the attention itself, and with the cross-attention's
+  // keys and values copied from a head-major copy of the window's.
+  const std::pair<const char*, const char*> forms[] = {{"HARK_CUDA_STEP_SELF_COPIES", "1"},
+                                                       {"HARK_CUDA_STEP_SELF_COPIES", "0"},
+                                                       {"HARK_CUDA_STEP_CROSS", "heads"}};
+  for (const auto& [name, value] : forms) {
+    SCOPED_TRACE(std::string(name) + "=" + value);
     const testing::ScopedEnv on("HARK_CUDA_STEP_KERNEL", "1");
-    const testing::ScopedEnv form("HARK_CUDA_STEP_SELF_COPIES", self_copies);
+    const testing::ScopedEnv form(name, value);
     const std::vector<GreedyOutcome> one_launch =
         model->decode_greedy(job, /*timestamps=*/false, /*exact_lengths=*/true);
     ASSERT_EQ(one_launch.size(), 1u);
@@ -95,28 +102,35 @@ INSTANTIATE_TEST_SUITE_P(
                       StepCase{"tiny_bf16", 384, 6, 1536, 4, DType::BF16, 100},
                       // large-v3's widths (its fc2 is 5120 deep), two layers
                       StepCase{"large_f16", 1280, 20, 5120, 2, DType::F16, 100},
-                      StepCase{"large_f16_long", 1280, 20, 5120, 2, DType::F16, 400}),
+                      StepCase{"large_f16_long", 1280, 20, 5120, 2, DType::F16, 400},
+                      // Q8_0: tiny's rows of 384 put a CTA's scales from an even row (the copies'
+                      // 16-byte pieces hold two rows' 24 bytes), large-v3's from its first.
+                      StepCase{"tiny_q8_0", 384, 6, 1536, 4, DType::Q8_0, 100},
+                      StepCase{"large_q8_0", 1280, 20, 5120, 2, DType::Q8_0, 100}),
     [](const ::testing::TestParamInfo<StepCase>& info) { return std::string(info.param.name); });
 
 // Every Whisper size's step (its decoder at full capacity) fits the kernel's layout on an H100
-// SXM or H200 (132 SMs, 227 KB of shared memory a block), in F16 and BF16: a layout that grows
-// past it makes decoder_step_runs refuse the step, and the decoder fall back to the launch-per-op
-// step. No GPU needed.
+// SXM or H200 (132 SMs, 227 KB of shared memory a block), in F16 and BF16 and over Q8_0 matrices:
+// a layout that grows past it makes decoder_step_runs refuse the step, and the decoder fall back
+// to the launch-per-op step. No GPU needed.
 TEST(WhisperCudaStepKernelLayout, EveryWhisperSizeFitsAHopperGpu) {
   constexpr int kMultiprocessors = 132;
   constexpr int64_t kSharedPerBlock = 227 * 1024;
   for (const NamedConfig& named : reference_configs()) {
-    const compute::cuda::StepShape shape =
-        cuda::step_shape(named.config, named.config.max_target_positions);
-    for (const auto element : {compute::cuda::Element::f16, compute::cuda::Element::bf16}) {
-      EXPECT_TRUE(
-          compute::cuda::decoder_step_fits(element, shape, kMultiprocessors, kSharedPerBlock))
+    for (const bool q8_0 : {false, true}) {
+      SCOPED_TRACE(q8_0 ? "Q8_0" : "16-bit");
+      const compute::cuda::StepShape shape =
+          cuda::step_shape(named.config, named.config.max_target_positions, q8_0);
+      for (const auto element : {compute::cuda::Element::f16, compute::cuda::Element::bf16}) {
+        EXPECT_TRUE(
+            compute::cuda::decoder_step_fits(element, shape, kMultiprocessors, kSharedPerBlock))
+            << named.name;
+      }
+      // With a tenth of the shared memory, no product's share fits twice.
+      EXPECT_FALSE(compute::cuda::decoder_step_fits(compute::cuda::Element::f16, shape,
+                                                    kMultiprocessors, kSharedPerBlock / 10))
           << named.name;
     }
-    // With a tenth of the shared memory, no product's share fits twice.
-    EXPECT_FALSE(compute::cuda::decoder_step_fits(compute::cuda::Element::f16, shape,
-                                                  kMultiprocessors, kSharedPerBlock / 10))
-        << named.name;
   }
 }
 

@@ -13,12 +13,13 @@
 //   6  hidden = GELU(norm(x) · W_1ᵀ + b)
 //   7  x += hidden · W_2ᵀ + b
 // A product splits its output rows evenly among the CTAs: each CTA's rows of W are one
-// contiguous range of memory. Every CTA computes the input vector itself (the norm of x, or
-// loads the context or the hidden vector), since each output row needs all of it. No grid-wide
-// barrier separates the phases: x, the context and the hidden vector go as tagged vectors (each
-// value with a tag naming the phase that wrote it; a reader loads until the tags are right), and
-// so do q, k and v, of which an attention loads only its head's rows. Its CTAs write their
-// partial softmaxes tagged too, and the CTA of the head's first chunk merges them into the
+// contiguous range of memory (with Q8_0 matrices, two: the rows' quants and their scales, which
+// product_sums expands to the element type as it goes). Every CTA computes the input vector itself
+// (the norm of x, or loads the context or the hidden vector), since each output row needs all of
+// it. No grid-wide barrier separates the phases: x, the context and the hidden vector go as tagged
+// vectors (each value with a tag naming the phase that wrote it; a reader loads until the tags are
+// right), and so do q, k and v, of which an attention loads only its head's rows. Its CTAs write
+// their partial softmaxes tagged too, and the CTA of the head's first chunk merges them into the
 // context.
 //
 // What a phase reads that no phase of the step writes (the weights, biases, γ and β; the
@@ -82,6 +83,7 @@ constexpr int64_t kMaxNormWidth = kComputeThreads * kMaxNormPacks * kPack;
 // in flight (Params::slices_in_flight).
 constexpr int64_t kSlice = 8 * 1024;
 constexpr int kBoxRows = kSlice / (kHeadDim * 2);
+constexpr int kRuns = 5;  // the runs of memory a product's share is copied from (product_runs)
 
 struct Params {
   const StepLayer* layers;
@@ -113,6 +115,9 @@ struct Params {
   // cross_values_column bytes from its keys.
   int64_t cross_layer_stride;
   int cross_values_column;
+  // Or, not null, the window's keys and values head-major (DecoderStep::cross_heads): a chunk's
+  // are two runs of memory.
+  const unsigned char* cross_heads;
   // The self-attention's caches through their tensor map (the kernel's other argument), a matrix
   // of rows of d values: position t of layer l's keys is row l · self_layer_rows + t, its value
   // self_values_rows rows further.
@@ -143,6 +148,7 @@ struct Params {
   // item); HARK_CUDA_STEP_SELF_COPIES=0 loads them from global memory in the attention instead,
   // to measure the copies against it.
   bool self_copies;
+  bool q8_0;  // the matrices are Q8_0 (StepShape::q8_0)
 };
 
 // HARK_CUDA_STEP_ONLY=copies: the copy warp streams every phase's bytes and the compute warps
@@ -172,18 +178,31 @@ __host__ __device__ constexpr int64_t round_up(int64_t value, int64_t multiple) 
   return ceil_div(value, multiple) * multiple;
 }
 
+// A Q8_0 row of `depth` values has depth / 32 scales of 2 bytes. The copies move 16-byte pieces,
+// so a CTA's scales are copied from the row at or before its first whose scales start at a
+// multiple of 16 bytes (a multiple of this many rows: 1 where depth is a multiple of 256, at most
+// 8 since depth is a multiple of 32), to the row of such a multiple at or after its last.
+__host__ __device__ constexpr int64_t scale_rows_step(int64_t depth) {
+  int64_t step = 1;
+  while (step * (depth / 16) % 16 != 0) step *= 2;
+  return step;
+}
+
 // Where a product's share lies in its region of the ring: at most ceil(rows / ctas) rows of W of
-// `depth` 16-bit values, then their bias (from the row before the first that is a multiple of 8:
-// the copies move 16-byte pieces), then with a norm its γ and β [d] each.
+// `depth` values (16-bit, or Q8_0's quants, a byte each), with Q8_0 then their scales (from the
+// row scale_rows_step says), then their bias (from the row before the first that is a multiple of
+// 8: the copies move 16-byte pieces), then with a norm its γ and β [d] each.
 struct Share {
-  int64_t bias, norm, end;
+  int64_t scales, bias, norm, end;
 };
 __host__ __device__ inline Share share_of(int64_t rows, int64_t depth, int64_t ctas, int64_t d,
-                                          bool normed) {
+                                          bool normed, bool q8_0) {
   const int64_t most =
       (static_cast<uint32_t>(rows) + static_cast<uint32_t>(ctas) - 1) / static_cast<uint32_t>(ctas);
   Share share;
-  share.bias = round_up(most * depth * 2, 16);
+  share.scales = round_up(most * depth * (q8_0 ? 1 : 2), 16);
+  share.bias =
+      share.scales + (q8_0 ? round_up((most + 2 * scale_rows_step(depth)) * (depth / 16), 16) : 0);
   share.norm = share.bias + round_up((most + 16) * 2, 16);
   share.end = share.norm + (normed ? 2 * round_up(d * 2, 16) : 0);
   return share;
@@ -231,9 +250,10 @@ Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
   l.cross_chunk_frames = static_cast<int>(ceil_div(s.frames, l.cross_chunks));
   l.cross_boxes = static_cast<int>(ceil_div(l.cross_chunk_frames, kBoxRows));
   l.self_chunks = static_cast<int>(ceil_div(s.capacity, kSelfChunk));
-  const Share shares[] = {
-      share_of(3 * s.d, s.d, ctas, s.d, true), share_of(s.d, s.d, ctas, s.d, true),
-      share_of(s.ffn, s.d, ctas, s.d, true), share_of(s.d, s.ffn, ctas, s.d, false)};
+  const Share shares[] = {share_of(3 * s.d, s.d, ctas, s.d, true, s.q8_0),
+                          share_of(s.d, s.d, ctas, s.d, true, s.q8_0),
+                          share_of(s.ffn, s.d, ctas, s.d, true, s.q8_0),
+                          share_of(s.d, s.ffn, ctas, s.d, false, s.q8_0)};
   l.most_region = region_of(int64_t{2} * l.cross_boxes * kSlice);
   int64_t least_region = l.most_region;
   for (const Share& share : shares) {
@@ -241,10 +261,10 @@ Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
     least_region = std::min(least_region, region_of(share.end));
   }
   // The slices the ring may hold at once: its bytes in slices of kSlice, and for each of the
-  // regions that fit in it (at most shared_limit / least_region, and one more partly) the bias, γ
-  // and β and a last partial slice of W.
+  // regions that fit in it (at most shared_limit / least_region, and one more partly) a last
+  // partial slice of each of its runs (product_runs: W, Q8_0's scales, the bias, γ and β).
   l.slots =
-      static_cast<int>(ceil_div(shared_limit, kSlice) + 4 * (shared_limit / least_region + 2));
+      static_cast<int>(ceil_div(shared_limit, kSlice) + kRuns * (shared_limit / least_region + 2));
   // The rest of shared memory, at offsets from the ring's end: the layers' pointers; the product's
   // input vector, where an attention (which has none) keeps its scores, its warps' value sums and
   // its head's rows of q (k, v) instead; the CTA's rows of x, the reductions' scratch, the
@@ -517,29 +537,52 @@ __device__ __forceinline__ bool product_of(const Params& p, const StepLayer& w, 
   }
 }
 
-// A product's runs of memory to copy: this CTA's rows of W, their bias from the row at or before
-// the first that is a multiple of 8 (the copies move 16-byte pieces), and with a norm its γ and
-// β; `to` is each run's place in the region. (Fixed-size arrays indexed by constants after
-// unrolling: registers, not local memory.)
+// A product's share of the ring (share_of) on this launch's CTAs.
+__device__ __forceinline__ Share product_share(const Params& p, const Product& product) {
+  return share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr, p.q8_0);
+}
+
+// Q8_0: the first row whose scales a product's share holds (scale_rows_step), and the rows after
+// it whose scales it holds.
+struct ScaleRows {
+  int64_t first, count;
+};
+__device__ __forceinline__ ScaleRows scale_rows_of(Rows r, int64_t depth) {
+  const int64_t mask = scale_rows_step(depth) - 1;  // a power of 2
+  const int64_t first = r.first & ~mask;
+  return {first, ((r.end + mask) & ~mask) - first};
+}
+
+// A product's runs of memory to copy (kRuns of them): this CTA's rows of W (with Q8_0, their
+// quants, then their scales: scale_rows_of), their bias from the row at or before the first that
+// is a multiple of 8 (the copies move 16-byte pieces), and with a norm its γ and β; `to` is each
+// run's place in the region. (Fixed-size arrays indexed by constants after unrolling: registers,
+// not local memory.)
 struct Runs {
-  const unsigned char* from[4];
-  int64_t to[4], bytes[4];
+  const unsigned char* from[kRuns];
+  int64_t to[kRuns], bytes[kRuns];
 };
 template <class T>
 __device__ __forceinline__ void product_runs(const Params& p, const Product& product, Runs& runs) {
   const Rows r = rows_of(product.rows);
-  const Share share =
-      share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
+  const Share share = product_share(p, product);
+  const auto* w = static_cast<const unsigned char*>(product.w);
+  const int64_t value_bytes = p.q8_0 ? 1 : sizeof(T);
+  // Q8_0's scales follow the matrix's quants (kernels.h: q8_0_scales_offset).
+  const ScaleRows scale_rows = scale_rows_of(r, product.depth);
+  const int64_t scale_row_bytes = product.depth / 16;
   const int64_t bias_first = r.first & ~int64_t{7};
   const int64_t norm_bytes = p.d * sizeof(T);
-  runs = {{static_cast<const unsigned char*>(product.w) + r.first * product.depth * sizeof(T),
+  runs = {{w + r.first * product.depth * value_bytes,
+           w + product.rows * product.depth + scale_rows.first * scale_row_bytes,
            product.bias != nullptr
                ? static_cast<const unsigned char*>(product.bias) + bias_first * sizeof(T)
                : nullptr,
            static_cast<const unsigned char*>(product.gamma),
            static_cast<const unsigned char*>(product.beta)},
-          {0, share.bias, share.norm, share.norm + round_up(norm_bytes, 16)},
-          {(r.end - r.first) * product.depth * static_cast<int64_t>(sizeof(T)),
+          {0, share.scales, share.bias, share.norm, share.norm + round_up(norm_bytes, 16)},
+          {(r.end - r.first) * product.depth * value_bytes,
+           p.q8_0 ? scale_rows.count * scale_row_bytes : 0,
            product.bias != nullptr ? (round_up(r.end, 8) - bias_first) * int64_t{sizeof(T)} : 0,
            product.gamma != nullptr ? norm_bytes : 0, product.gamma != nullptr ? norm_bytes : 0}};
 }
@@ -550,7 +593,8 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
 // place in the tensor map, the self-attention's caches' or the window's): the self-attention's
 // keys and values of the CTA's round-0 item, a box each (the positions before this step's,
 // which earlier steps wrote; this step's comes tagged); the cross-attention's boxes of the CTA's
-// chunk of frames, the keys', then the values'. For a product, run(to, from, bytes) for each of
+// chunk of frames, the keys', then the values' (or over head-major keys and values, run(to, from,
+// bytes) for each, a run of the chunk's frames). For a product, run(to, from, bytes) for each of
 // its runs (product_runs), in its share's layout.
 template <class T, class Box, class Run>
 __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int chunks, int phase,
@@ -569,6 +613,19 @@ __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int c
   if (kind == 4) {
     CrossItem item;
     if (!cross_item(p, item)) return 0;
+    if (p.cross_heads != nullptr) {  // the chunk's keys, then its values: a run of frames each
+      const int64_t frame_bytes = kHeadDim * sizeof(T);
+      const unsigned char* keys =
+          p.cross_heads +
+          ((int64_t{layer} * 2 * p.heads + item.head) * p.frames + item.first) * frame_bytes;
+      const int64_t bytes = int64_t{item.count} * frame_bytes;
+      if (bytes > 0) {
+        run(0, keys, bytes);
+        run(int64_t{p.cross_boxes} * kSlice, keys + int64_t{p.heads} * p.frames * frame_bytes,
+            bytes);
+      }
+      return static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice));
+    }
     const int column =
         static_cast<int>((layer * p.cross_layer_stride + item.head * kHeadDim) * sizeof(T));
     for (int b = 0; b < 2 * p.cross_boxes; ++b) {
@@ -584,12 +641,10 @@ __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int c
   product_runs<T>(p, product, runs);
   // Not unrolled: the copy warp's code stays one small loop (its copy_step had grown to 55 KB).
 #pragma unroll 1
-  for (int i = 0; i < 4; ++i) {
+  for (int i = 0; i < kRuns; ++i) {
     if (runs.bytes[i] > 0) run(runs.to[i], runs.from[i], runs.bytes[i]);
   }
-  const Share share =
-      share_of(product.rows, product.depth, gridDim.x, p.d, product.gamma != nullptr);
-  return static_cast<uint32_t>(region_of(share.end));
+  return static_cast<uint32_t>(region_of(product_share(p, product).end));
 }
 
 // What phase `phase` copies: its slices (the copy warp issues them, the compute warps wait for
@@ -980,17 +1035,30 @@ __device__ __noinline__ void merge_head(const uint64_t* partials, int chunks, ui
   store_tagged<T>(context + threadIdx.x, weights > 0.0f ? sum[0] / weights : 0.0f, tag);
 }
 
+// Where a product's Q8_0 scales lie in its region: from byte `at`, those of rows from
+// `first_row` on (scale_rows_of).
+struct ScalesAt {
+  uint32_t at;
+  int64_t first_row;
+};
+
 // The sums of a product's rows [first, end) from its region of the ring (rows of `depth` from
 // its start) times the vector (shared memory) into sums[row − first], a warp a row. Not inlined,
 // nor unrolled past a few packs: one copy of this code serves every product. The whole step is
 // one kernel, and with each product's code inlined and unrolled its ~200 KB of instructions missed
 // the instruction cache in every phase (a third of the warps' samples, in Nsight Compute).
-template <class T>
+//
+// With Q8_0 weights (kQ8) a row is `depth` quants, and each pack of 8 becomes 8 values d · q of
+// the element type, each rounded once as dequantize_q8_0 rounds it (q8x8_times_scale), before its
+// products with the vector: as the launches' Q8_0 products take them. (A form of its own, so that
+// the 16-bit form's code stays as small as it was.)
+template <class T, bool kQ8>
 __device__ __noinline__ void product_sums(const Region& region, Rows r, int64_t depth,
-                                          const T* vector, float* sums) {
+                                          ScalesAt scales, const T* vector, float* sums) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int packs = static_cast<int>(depth / kPack);
-  const auto row_bytes = static_cast<uint32_t>(depth * sizeof(T));
+  const auto row_bytes = static_cast<uint32_t>(depth * (kQ8 ? 1 : sizeof(T)));
+  const auto scale_row_bytes = static_cast<uint32_t>(depth / 16);
   const auto* x = reinterpret_cast<const uint4*>(vector);
   // A row's sum with its packs from load(pack). Two sums, so that each lane's chain of dependent
   // FMAs is half as long.
@@ -1007,13 +1075,32 @@ __device__ __noinline__ void product_sums(const Region& region, Rows r, int64_t 
   };
   for (int64_t row = r.first + warp; row < r.end; row += kComputeWarps) {
     const auto offset = static_cast<uint32_t>(row - r.first) * row_bytes;
-    const auto* w_row = reinterpret_cast<const uint4*>(region.at(offset));
-    // A row that the ring's end cuts (at most one a turn of the ring) finds each pack's place.
-    const float sum = region.unbroken(offset, row_bytes)
-                          ? row_sum([&](int pack) { return w_row[pack]; })
-                          : row_sum([&](int pack) {
-                              return *reinterpret_cast<const uint4*>(region.at(offset + pack * 16));
-                            });
+    float sum;
+    if constexpr (kQ8) {
+      // A pack's 8 quants are 8 bytes; its scale is that of its block of 32 values (4 packs).
+      const uint32_t scales_offset =
+          scales.at + static_cast<uint32_t>(row - scales.first_row) * scale_row_bytes;
+      const auto* q_row = reinterpret_cast<const uint2*>(region.at(offset));
+      const auto* d_row = reinterpret_cast<const __half*>(region.at(scales_offset));
+      const auto expand = [](uint2 q, __half scale) {
+        return q8x8_times_scale<T>(q.x, q.y, scale);
+      };
+      sum = region.unbroken(offset, row_bytes) && region.unbroken(scales_offset, scale_row_bytes)
+                ? row_sum([&](int pack) { return expand(q_row[pack], d_row[pack / 4]); })
+                : row_sum([&](int pack) {
+                    return expand(
+                        *reinterpret_cast<const uint2*>(region.at(offset + pack * 8)),
+                        *reinterpret_cast<const __half*>(region.at(scales_offset + pack / 4 * 2)));
+                  });
+    } else {
+      const auto* w_row = reinterpret_cast<const uint4*>(region.at(offset));
+      // A row that the ring's end cuts (at most one a turn of the ring) finds each pack's place.
+      sum = region.unbroken(offset, row_bytes)
+                ? row_sum([&](int pack) { return w_row[pack]; })
+                : row_sum([&](int pack) {
+                    return *reinterpret_cast<const uint4*>(region.at(offset + pack * 16));
+                  });
+    }
     if (lane == 0) sums[row - r.first] = sum;
   }
 }
@@ -1046,8 +1133,7 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
   const int64_t d = p.d;
   Product product;
   if (product_of(p, w, phase, product)) {
-    const Share share =
-        share_of(product.rows, product.depth, gridDim.x, d, product.gamma != nullptr);
+    const Share share = product_share(p, product);
     if (product.gamma != nullptr) {
       norm_into<T>(p, region, share, product.eps, read_tag, vector, scratch);
     } else {
@@ -1057,7 +1143,13 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     compute_sync();
     vector_ready();
     const Rows r = rows_of(product.rows);
-    product_sums<T>(region, r, product.depth, vector, sums);
+    if (p.q8_0) {
+      const ScalesAt scales = {static_cast<uint32_t>(share.scales),
+                               scale_rows_of(r, product.depth).first};
+      product_sums<T, true>(region, r, product.depth, scales, vector, sums);
+    } else {
+      product_sums<T, false>(region, r, product.depth, {}, vector, sums);
+    }
     compute_sync();
     for (int64_t row = r.first + threadIdx.x; row < r.end; row += kComputeThreads) {
       const float value = sums[row - r.first] + bias_of<T>(region, share, product.bias, r, row);
@@ -1263,7 +1355,7 @@ bool cooperative_launches() {
 bool shape_runs(Element e, const StepShape& s) {
   return (e == Element::f16 || e == Element::bf16) && s.heads > 0 && s.layers > 0 && s.frames > 0 &&
          s.capacity > 0 && s.d == int64_t{s.heads} * kHeadDim && s.d <= kMaxNormWidth &&
-         s.ffn > 0 && s.ffn % kPack == 0;
+         s.ffn > 0 && s.ffn % (s.q8_0 ? 32 : kPack) == 0;
 }
 
 // HARK_CUDA_STEP_TIMING's table: for each of a layer's phases, CTA 0's time (µs, summed over
@@ -1342,8 +1434,9 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
     fail("decoder_step: the step of d ", s.d, ", ffn ", s.ffn, ", ", s.heads, " heads, ", s.frames,
          " frames does not run on this GPU");
   }
-  for (const void* pointer : std::initializer_list<const void*>{
-           step.x, step.keys, step.values, step.cross_keys, step.cross_values, step.scratch}) {
+  for (const void* pointer :
+       std::initializer_list<const void*>{step.x, step.keys, step.values, step.cross_keys,
+                                          step.cross_values, step.cross_heads, step.scratch}) {
     if (!aligned(pointer, 16)) fail("decoder_step: pointers must be 16-byte aligned");
   }
   // The caches as a byte matrix of rows of d values from the first layer's keys (the
@@ -1396,6 +1489,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.only = only;
   // (Read at each call, as HARK_CUDA_STEP_KERNEL is, so that a test can compare both.)
   p.self_copies = !environment_is("HARK_CUDA_STEP_SELF_COPIES", "0");
+  p.q8_0 = s.q8_0;
   p.keys = step.keys;
   p.values = step.values;
   p.cache_layer_stride = step.cache_layer_stride;
@@ -1403,6 +1497,7 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.lengths = step.lengths;
   p.cross_layer_stride = step.cross_layer_stride;
   p.cross_lengths = step.cross_lengths;
+  p.cross_heads = static_cast<const unsigned char*>(step.cross_heads);
   p.frames = s.frames;
   p.cross_chunks = l.cross_chunks;
   p.cross_chunk_frames = l.cross_chunk_frames;

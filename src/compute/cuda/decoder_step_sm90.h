@@ -15,7 +15,9 @@
 // turbo 0.234-0.236 against 0.261-0.265 (bench/RESULTS.md, forty-eighth session). On an H200
 // its last measurement is of a form 0.29 ms slower on an H100 (the forty-first session: large-v3
 // 1.500 against 1.461). The Whisper decoder takes it by default for one sequence over native
-// K/V; HARK_CUDA_STEP_KERNEL=0 turns it off.
+// K/V and 16-bit weights; HARK_CUDA_STEP_KERNEL=0 turns it off. Over Q8_0 weights (half the
+// bytes) it is built and not yet run on a GPU, and the decoder takes it only with
+// HARK_CUDA_STEP_KERNEL=1.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,7 +31,8 @@ namespace hark::compute::cuda {
 
 // One layer's weights, device pointers of the element type: the norms' γ and β, matrices [out,
 // in] row-major, biases (null: none). qkv stacks the query, key and value rows [3d, d]; fc1 is
-// [ffn, d], fc2 [d, ffn]; the other matrices [d, d].
+// [ffn, d], fc2 [d, ffn]; the other matrices [d, d]. With StepShape::q8_0 every matrix is Q8_0 in
+// the device layout (kernels.h: its quants, then its scales), the rest of the element type.
 struct StepLayer {
   const void* self_gamma = nullptr;
   const void* self_beta = nullptr;
@@ -53,10 +56,12 @@ struct StepLayer {
 };
 
 // The sizes a step depends on: the model's width d (heads of 64), its feed-forward width, its
-// layers, the frames of the cross-attention and the positions the self-attention caches hold.
+// layers, the frames of the cross-attention and the positions the self-attention caches hold;
+// and the form of its matrices (16-bit, or Q8_0), which sets the bytes of a CTA's share.
 struct StepShape {
   int64_t d = 0, ffn = 0;
   int heads = 0, layers = 0, frames = 0, capacity = 0;
+  bool q8_0 = false;  // the matrices are Q8_0 (StepLayer), the activations 16-bit
 };
 
 // One step: the token's embedding x [d] goes through every layer; x is left holding the last
@@ -66,7 +71,11 @@ struct StepShape {
 // rows of d values: cache_layer_stride is a whole number of rows, and so is values − keys, which
 // is at least the capacity's rows. The cross-attention reads cross_lengths[0] frames; frame f of
 // layer l at cross_keys + l · cross_layer_stride + f · cross_row_stride (values likewise).
-// Strides count elements. scale multiplies the scores.
+// Strides count elements. scale multiplies the scores. With cross_heads, the same keys and
+// values laid out head-major instead ([layers, 2, heads, frames, 64]: copy_group_major of the
+// window's [frames, layers · 2d], kernels.h), which the step copies as runs of a chunk's frames
+// rather than as boxes of 128-byte rows ~2 · layers · d values apart; built and not yet run on a
+// GPU (forty-ninth session).
 // scratch: decoder_step_scratch_bytes(shape), 16-byte aligned.
 struct DecoderStep {
   Element e = Element::f16;
@@ -83,12 +92,14 @@ struct DecoderStep {
   const void* cross_values = nullptr;
   int64_t cross_layer_stride = 0, cross_row_stride = 0;
   const int32_t* cross_lengths = nullptr;
+  const void* cross_heads = nullptr;  // null: the copies take boxes of cross_keys, cross_values
   void* scratch = nullptr;
 };
 
 // Whether decoder_step runs such a step on this GPU: an H100/H200, 16-bit elements, heads of 64
-// values, d up to 3584 and ffn multiples of 8, no more heads than SMs, and each CTA's largest
-// share of a phase twice in its shared memory. Every Whisper size fits an H100 SXM or H200.
+// values, d up to 3584 and ffn multiples of 8 (of 32 with Q8_0 matrices), no more heads than SMs,
+// and each CTA's largest share of a phase twice in its shared memory. Every Whisper size fits an
+// H100 SXM or H200.
 bool decoder_step_runs(Element e, const StepShape& shape);
 // decoder_step_runs's test of the shape and the layout alone, for a GPU of `multiprocessors`
 // SMs (a CTA each) and `shared_per_block` bytes of shared memory a block: no GPU is needed

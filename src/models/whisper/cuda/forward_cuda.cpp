@@ -633,17 +633,19 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
 }
 
 // Whether a step runs as one persistent launch (gpu::decoder_step): for one sequence over K/V
-// stored natively, 16-bit weights that are not Q8_0, and a shape the kernel takes on this GPU
-// (an H100 or H200), unless HARK_CUDA_STEP_KERNEL=0 (read at each call). It gives the launches'
-// tokens, and on an H100 large-v3 steps in 1.28-1.30 ms with it against 1.58-1.59 without, turbo
-// in 0.234-0.236 against 0.261-0.265 (bench/RESULTS.md, forty-eighth session).
+// stored natively, 16-bit weights, and a shape the kernel takes on this GPU (an H100 or H200),
+// unless HARK_CUDA_STEP_KERNEL=0 (read at each call). It gives the launches' tokens, and on an
+// H100 large-v3 steps in 1.28-1.30 ms with it against 1.58-1.59 without, turbo in 0.234-0.236
+// against 0.261-0.265 (bench/RESULTS.md, forty-eighth session). Q8_0 weights take it only with
+// HARK_CUDA_STEP_KERNEL=1: that form is built and not yet run on a GPU (forty-ninth session).
 bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& caches,
                       const CrossKv& cross, gpu::Element e, int batch) {
   if (batch != 1 || cross.storage != CrossKvStorage::native || w.step_layers.bytes() == 0 ||
-      gpu::environment_is("HARK_CUDA_STEP_KERNEL", "0")) {
+      gpu::environment_is("HARK_CUDA_STEP_KERNEL", "0") ||
+      (w.step_q8_0 && !gpu::environment_is("HARK_CUDA_STEP_KERNEL", "1"))) {
     return false;
   }
-  if (gpu::decoder_step_runs(e, step_shape(config, caches.capacity()))) return true;
+  if (gpu::decoder_step_runs(e, step_shape(config, caches.capacity(), w.step_q8_0))) return true;
   // Asked for by name, and refused for the shape: said once, since the timings then are the
   // other step's. (By default a step the kernel does not take runs launch per op silently.)
   if (gpu::environment_is("HARK_CUDA_STEP_KERNEL", "1")) {
@@ -665,7 +667,7 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   pass.mark("decoder layers");
   gpu::DecoderStep step;
   step.e = e;
-  step.shape = step_shape(config, caches.capacity());
+  step.shape = step_shape(config, caches.capacity(), w.step_q8_0);
   // The kernel's count of launches starts at zero, and its tagged vectors and partials with tags
   // of 0, which no launch writes.
   const size_t scratch_bytes = gpu::decoder_step_scratch_bytes(step.shape);
@@ -686,13 +688,32 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   step.cross_layer_stride = 2 * d;
   step.cross_row_stride = 2 * d * config.decoder_layers;
   step.cross_lengths = cross_lengths;
+  step.cross_heads = cross.heads;
   step.scratch = s.step.data();
   gpu::decoder_step(step, pass.stream());
 }
 
 }  // namespace
 
-gpu::StepShape step_shape(const Config& config, int capacity) {
+CrossKv with_step_heads(gpu::Pass& pass, const Config& config, const Weights& w,
+                        const KvCaches& caches, int batch, CrossKv cross, DecoderBuffers& scratch) {
+  if (!gpu::environment_is("HARK_CUDA_STEP_CROSS", "heads") ||
+      !step_kernel_runs(config, w, caches, cross, pass.element(), batch)) {
+    return cross;
+  }
+  // [frames, layers · 2d] → [layers · 2 · heads, frames, head_dim]: 245 MB for large-v3, once a
+  // window, where its 120 steps read them 120 times.
+  const int64_t frames = config.max_source_positions;
+  const int64_t kv_row = 2 * config.d_model * config.decoder_layers;
+  scratch.step_cross.reserve(pass.bytes(frames * kv_row));
+  gpu::copy_group_major(cross.kv, kv_row, frames, kv_row,
+                        static_cast<int>(config.d_model / config.decoder_heads),
+                        scratch.step_cross.data(), pass.stream());
+  cross.heads = scratch.step_cross.data();
+  return cross;
+}
+
+gpu::StepShape step_shape(const Config& config, int capacity, bool q8_0) {
   gpu::StepShape shape;
   shape.d = config.d_model;
   shape.ffn = config.decoder_ffn;
@@ -700,6 +721,7 @@ gpu::StepShape step_shape(const Config& config, int capacity) {
   shape.layers = config.decoder_layers;
   shape.frames = config.max_source_positions;
   shape.capacity = capacity;
+  shape.q8_0 = q8_0;
   return shape;
 }
 

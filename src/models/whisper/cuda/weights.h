@@ -41,8 +41,10 @@ struct Weights {
   gpu::LayerNorm decoder_norm;
   gpu::Linear cross_kv;  // [layers · 2d, d]: layer l's K rows at 2d·l, V rows after
   // The decoder layers' weights as the one-launch step reads them: gpu::StepLayer [layers]
-  // (compute/cuda/decoder_step_sm90.h); empty for Q8_0 weights, which it does not take.
+  // (compute/cuda/decoder_step_sm90.h), its matrices all 16-bit or all Q8_0 (step_q8_0); empty
+  // where some are Q8_0 and some not, which it does not take.
   gpu::Buffer step_layers;
+  bool step_q8_0 = false;
   float encoder_scale = 1, decoder_scale = 1;  // head_dim^-1/2
 };
 

@@ -1,6 +1,7 @@
 #include "models/whisper/cuda/weights.h"
 
 #include <cmath>
+#include <initializer_list>
 #include <utility>
 
 #include "compute/cuda/decoder_step_sm90.h"
@@ -26,8 +27,9 @@ gpu::Linear stacked_qkv(gpu::Uploader& up, const nn::MultiHeadAttention& a) {
   return nn::upload_stacked(up, parts);
 }
 
-// The decoder layers' device pointers for gpu::decoder_step; empty for Q8_0 weights.
-gpu::Buffer step_layers(const std::vector<DecoderLayer>& layers) {
+// The decoder layers' device pointers for gpu::decoder_step, and whether their matrices are
+// Q8_0; empty where some are Q8_0 and some are not.
+gpu::Buffer step_layers(const std::vector<DecoderLayer>& layers, bool& q8_0) {
   auto norm = [](const gpu::LayerNorm& n, const void*& gamma, const void*& beta, float& eps) {
     gamma = n.gamma.data();
     beta = n.beta.data();
@@ -37,9 +39,13 @@ gpu::Buffer step_layers(const std::vector<DecoderLayer>& layers) {
     weight = l.weight.data.data();
     bias = l.bias.bytes() > 0 ? l.bias.data() : nullptr;
   };
+  q8_0 = !layers.empty() && layers[0].qkv.weight.q8_0;
   std::vector<gpu::StepLayer> steps;
   for (const DecoderLayer& layer : layers) {
-    if (layer.qkv.weight.q8_0) return {};
+    for (const gpu::Linear* l :
+         {&layer.qkv, &layer.self_out, &layer.cross_q, &layer.cross_out, &layer.fc1, &layer.fc2}) {
+      if (l->weight.q8_0 != q8_0) return {};
+    }
     gpu::StepLayer s;
     norm(layer.self_norm, s.self_gamma, s.self_beta, s.self_eps);
     linear(layer.qkv, s.qkv, s.qkv_bias);
@@ -94,7 +100,7 @@ Weights upload_weights(const Config& config, const whisper::Weights& host, gpu::
   }
   w.decoder_norm = nn::upload(up, dec.final_norm);
   w.cross_kv = nn::upload_stacked(up, cross_parts);
-  w.step_layers = step_layers(w.decoder_layers);
+  w.step_layers = step_layers(w.decoder_layers, w.step_q8_0);
   w.encoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.encoder_heads));
   w.decoder_scale = 1.0f / std::sqrt(static_cast<float>(d / config.decoder_heads));
   up.finish();
