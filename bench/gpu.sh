@@ -225,7 +225,6 @@ if has experiments; then
     "step-kernel-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=copies"
     "step-kernel-weights|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=weights"
     "step-kernel-heads|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_CROSS=heads"
-    "step-kernel-pairs|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_PAIRS=1"
     "step-kernel-heads-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_CROSS=heads HARK_CUDA_STEP_ONLY=copies"
     "step-kernel-work|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=work HARK_CUDA_STEP_TIMING=1"
     "q8-default|q8_0|"

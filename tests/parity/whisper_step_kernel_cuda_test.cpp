@@ -78,13 +78,11 @@ TEST_P(WhisperCudaStepKernel, MatchesTheLaunchPerOpStep) {
   ASSERT_EQ(per_op.size(), 1u);
   EXPECT_EQ(per_op[0].tokens.size(), static_cast<size_t>(c.tokens));
   // The one-launch step, with the self-attention's earlier keys and values copied ahead by the
-  // copy warp (the default) and loaded by the attention itself, with the cross-attention's keys
-  // and values copied from a head-major copy of the window's, and with the 16-bit products' sums
-  // by pairs of rows (Q8_0 products ignore that switch).
+  // copy warp (the default) and loaded by the attention itself, and with the cross-attention's
+  // keys and values copied from a head-major copy of the window's.
   const std::pair<const char*, const char*> forms[] = {{"HARK_CUDA_STEP_SELF_COPIES", "1"},
                                                        {"HARK_CUDA_STEP_SELF_COPIES", "0"},
-                                                       {"HARK_CUDA_STEP_CROSS", "heads"},
-                                                       {"HARK_CUDA_STEP_PAIRS", "1"}};
+                                                       {"HARK_CUDA_STEP_CROSS", "heads"}};
   for (const auto& [name, value] : forms) {
     SCOPED_TRACE(std::string(name) + "=" + value);
     const testing::ScopedEnv on("HARK_CUDA_STEP_KERNEL", "1");

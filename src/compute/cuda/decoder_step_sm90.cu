@@ -43,7 +43,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -84,8 +83,7 @@ constexpr int64_t kMaxNormWidth = kComputeThreads * kMaxNormPacks * kPack;
 // in flight (Params::slices_in_flight).
 constexpr int64_t kSlice = 8 * 1024;
 constexpr int kBoxRows = kSlice / (kHeadDim * 2);
-constexpr int kRuns = 5;       // the runs of memory a product's share is copied from (product_runs)
-constexpr int kMostParts = 4;  // of a row's depth, in product_sums_pairs
+constexpr int kRuns = 5;  // the runs of memory a product's share is copied from (product_runs)
 
 struct Params {
   const StepLayer* layers;
@@ -151,9 +149,6 @@ struct Params {
   // to measure the copies against it.
   bool self_copies;
   bool q8_0;  // the matrices are Q8_0 (StepShape::q8_0)
-  // Whether a 16-bit product's sums go by pairs of rows over parts of the depth
-  // (HARK_CUDA_STEP_PAIRS=1: product_sums_pairs), to measure against a warp a row.
-  bool pairs;
 };
 
 // HARK_CUDA_STEP_ONLY=copies: the copy warp streams every phase's bytes and the compute warps
@@ -286,8 +281,7 @@ Layout layout_of(const StepShape& s, int ctas, int64_t shared_limit) {
   l.scratch_offset = l.own_offset + round_up(ceil_div(s.d, ctas) * 4, 16);
   l.barriers_offset = l.scratch_offset + 64 * 4;
   l.sums_offset = l.barriers_offset + round_up((int64_t{l.slots} + 1) * 8, 16);
-  l.plan_offset =
-      l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * kMostParts * 4, 16);
+  l.plan_offset = l.sums_offset + round_up(ceil_div(std::max(3 * s.d, s.ffn), ctas) * 4, 16);
   const int64_t rest =
       l.plan_offset + int64_t{s.layers} * kPhases * static_cast<int64_t>(sizeof(PhaseCopies));
   l.ring_bytes = std::max<int64_t>(0, (shared_limit - rest) / 128 * 128);
@@ -1111,63 +1105,6 @@ __device__ __noinline__ void product_sums(const Region& region, Rows r, int64_t 
   }
 }
 
-// The 16-bit form of product_sums by pairs of rows over parts of the depth: a warp takes two rows
-// over a part at a time, so that each 16 bytes of the vector it loads serve both, and the depth
-// is split into the parts (1 to kMostParts) that leave the most loaded warp the least to do.
-// large-v3's d-wide products give a CTA 9-10 rows, which a warp a row leaves 5 of 15 warps idle;
-// by pairs over 3 parts every warp takes two thirds of a row. Writes sums[(row − first) · parts +
-// part] and returns parts, whose sums the epilogue adds in order (not atomics: the same sums every
-// run).
-template <class T>
-__device__ __noinline__ int product_sums_pairs(const Region& region, Rows r, int64_t depth,
-                                               const T* vector, float* sums) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int rows = static_cast<int>(r.end - r.first), pairs = (rows + 1) / 2;
-  const int packs = static_cast<int>(depth / kPack);
-  int parts = 1, least = INT_MAX;
-  for (int k = 1; k <= kMostParts; ++k) {
-    const int work = (pairs * k + kComputeWarps - 1) / kComputeWarps * ((packs + k - 1) / k);
-    if (work < least) {
-      least = work;
-      parts = k;
-    }
-  }
-  const auto row_bytes = static_cast<uint32_t>(depth * sizeof(T));
-  const auto* x = reinterpret_cast<const uint4*>(vector);
-  for (int item = warp; item < pairs * parts; item += kComputeWarps) {
-    const int pair = item / parts, part = item - pair * parts;
-    const int first = part * packs / parts, end = (part + 1) * packs / parts;
-    const int row = 2 * pair;
-    const bool two = row + 1 < rows;
-    const uint32_t offset = static_cast<uint32_t>(row) * row_bytes;
-    float one_sum = 0.0f, two_sum = 0.0f;
-    if (region.unbroken(offset, 2 * row_bytes)) {
-      const auto* w = reinterpret_cast<const uint4*>(region.at(offset));
-      for (int pack = first + lane; pack < end; pack += 32) {
-        const uint4 v = x[pack];
-        one_sum = dot8<T>(w[pack], v, one_sum);
-        if (two) two_sum = dot8<T>(w[packs + pack], v, two_sum);
-      }
-    } else {  // the ring's end cuts the pair's rows: each pack finds its place
-      for (int pack = first + lane; pack < end; pack += 32) {
-        const uint4 v = x[pack];
-        const auto load = [&](uint32_t at) {
-          return *reinterpret_cast<const uint4*>(region.at(at));
-        };
-        one_sum = dot8<T>(load(offset + pack * 16), v, one_sum);
-        if (two) two_sum = dot8<T>(load(offset + row_bytes + pack * 16), v, two_sum);
-      }
-    }
-    one_sum = warp_sum(one_sum);
-    two_sum = warp_sum(two_sum);
-    if (lane == 0) {
-      sums[row * parts + part] = one_sum;
-      if (two) sums[(row + 1) * parts + part] = two_sum;
-    }
-  }
-  return parts;
-}
-
 // Phase `phase` (its layer's phase phase % kPhases; the layout at the top of the file). Every
 // product takes one path (its input vector, its sums, then its epilogue by the phase), so that
 // the kernel's code stays small. vector_ready() marks the time of the input vector (for
@@ -1206,21 +1143,16 @@ __device__ void run_phase(const Params& p, const Step& step, const StepLayer& w,
     compute_sync();
     vector_ready();
     const Rows r = rows_of(product.rows);
-    int parts = 1;  // each row's sums, added in order
     if (p.q8_0) {
       const ScalesAt scales = {static_cast<uint32_t>(share.scales),
                                scale_rows_of(r, product.depth).first};
       product_sums<T, true>(region, r, product.depth, scales, vector, sums);
-    } else if (p.pairs) {
-      parts = product_sums_pairs<T>(region, r, product.depth, vector, sums);
     } else {
       product_sums<T, false>(region, r, product.depth, {}, vector, sums);
     }
     compute_sync();
     for (int64_t row = r.first + threadIdx.x; row < r.end; row += kComputeThreads) {
-      float sum = 0.0f;
-      for (int part = 0; part < parts; ++part) sum += sums[(row - r.first) * parts + part];
-      const float value = sum + bias_of<T>(region, share, product.bias, r, row);
+      const float value = sums[row - r.first] + bias_of<T>(region, share, product.bias, r, row);
       if (kind == 0 || kind == 3) {  // q (k, v), tagged; this token's k and v into the caches too
         store_tagged<T>(p.tagged_qkv + row, value, tag);
         if (row >= d) {
@@ -1558,7 +1490,6 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   // (Read at each call, as HARK_CUDA_STEP_KERNEL is, so that a test can compare both.)
   p.self_copies = !environment_is("HARK_CUDA_STEP_SELF_COPIES", "0");
   p.q8_0 = s.q8_0;
-  p.pairs = environment_is("HARK_CUDA_STEP_PAIRS", "1");
   p.keys = step.keys;
   p.values = step.values;
   p.cache_layer_stride = step.cache_layer_stride;
