@@ -224,8 +224,6 @@ if has experiments; then
     "step-kernel-poll-1000|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_POLL_NS=1000"
     "step-kernel-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=copies"
     "step-kernel-weights|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=weights"
-    "step-kernel-heads|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_CROSS=heads"
-    "step-kernel-heads-copies|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_CROSS=heads HARK_CUDA_STEP_ONLY=copies"
     "step-kernel-work|f16|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_ONLY=work HARK_CUDA_STEP_TIMING=1"
     "q8-default|q8_0|"
     "q8-native-launches|q8_0|HARK_CUDA_CROSS_KV=native HARK_CUDA_STEP_KERNEL=0"

@@ -342,31 +342,6 @@ TEST(ElementwiseCuda, DequantizeQ8_0MatchesCpu) {
   }
 }
 
-// Every value of a strided matrix lands at its group's run, row by row (16-bit values are moved,
-// not converted: the exact bits); a group that is not a multiple of 8 is refused.
-TEST(ElementwiseCuda, CopyGroupMajorPutsEachGroupInOneRun) {
-  if (!hark::compute::cuda::available())
-    GTEST_SKIP() << "no GPU: " << hark::compute::cuda::describe();
-  constexpr int64_t kRows = 37, kCols = 192, kStride = 200;
-  constexpr int kGroup = 64;
-  const std::vector<float> values = random_values(kRows * kStride, 23, 0.0f, 1.0f);
-  for (Element e : {Element::f16, Element::bf16}) {
-    const DeviceValues x = upload_values(e, values);
-    const DeviceBytes out = output_buffer(e, kRows * kCols);
-    copy_group_major(x.data(), kStride, kRows, kCols, kGroup, out.data(), nullptr);
-    std::vector<float> want(kRows * kCols);
-    for (int64_t row = 0; row < kRows; ++row) {
-      for (int64_t col = 0; col < kCols; ++col) {
-        want[((col / kGroup) * kRows + row) * kGroup + col % kGroup] =
-            x.values[row * kStride + col];
-      }
-    }
-    expect_equal(download_values(e, out.data(), kRows * kCols), want, element_name(e));
-    EXPECT_THROW(copy_group_major(x.data(), kStride, kRows, kCols, 12, out.data(), nullptr),
-                 hark::Error);
-  }
-}
-
 // ---- Without a GPU ----------------------------------------------------------------------------
 
 TEST(ElementwiseCuda, DescribeSaysSomething) {

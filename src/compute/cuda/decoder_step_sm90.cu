@@ -115,9 +115,6 @@ struct Params {
   // cross_values_column bytes from its keys.
   int64_t cross_layer_stride;
   int cross_values_column;
-  // Or, not null, the window's keys and values head-major (DecoderStep::cross_heads): a chunk's
-  // are two runs of memory.
-  const unsigned char* cross_heads;
   // The self-attention's caches through their tensor map (the kernel's other argument), a matrix
   // of rows of d values: position t of layer l's keys is row l · self_layer_rows + t, its value
   // self_values_rows rows further.
@@ -593,8 +590,7 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
 // place in the tensor map, the self-attention's caches' or the window's): the self-attention's
 // keys and values of the CTA's round-0 item, a box each (the positions before this step's,
 // which earlier steps wrote; this step's comes tagged); the cross-attention's boxes of the CTA's
-// chunk of frames, the keys', then the values' (or over head-major keys and values, run(to, from,
-// bytes) for each, a run of the chunk's frames). For a product, run(to, from, bytes) for each of
+// chunk of frames, the keys', then the values'. For a product, run(to, from, bytes) for each of
 // its runs (product_runs), in its share's layout.
 template <class T, class Box, class Run>
 __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int chunks, int phase,
@@ -613,19 +609,6 @@ __device__ uint32_t visit_copies(const Params& p, const StepLayer* layers, int c
   if (kind == 4) {
     CrossItem item;
     if (!cross_item(p, item)) return 0;
-    if (p.cross_heads != nullptr) {  // the chunk's keys, then its values: a run of frames each
-      const int64_t frame_bytes = kHeadDim * sizeof(T);
-      const unsigned char* keys =
-          p.cross_heads +
-          ((int64_t{layer} * 2 * p.heads + item.head) * p.frames + item.first) * frame_bytes;
-      const int64_t bytes = int64_t{item.count} * frame_bytes;
-      if (bytes > 0) {
-        run(0, keys, bytes);
-        run(int64_t{p.cross_boxes} * kSlice, keys + int64_t{p.heads} * p.frames * frame_bytes,
-            bytes);
-      }
-      return static_cast<uint32_t>(region_of(2 * p.cross_boxes * kSlice));
-    }
     const int column =
         static_cast<int>((layer * p.cross_layer_stride + item.head * kHeadDim) * sizeof(T));
     for (int b = 0; b < 2 * p.cross_boxes; ++b) {
@@ -1434,9 +1417,8 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
     fail("decoder_step: the step of d ", s.d, ", ffn ", s.ffn, ", ", s.heads, " heads, ", s.frames,
          " frames does not run on this GPU");
   }
-  for (const void* pointer :
-       std::initializer_list<const void*>{step.x, step.keys, step.values, step.cross_keys,
-                                          step.cross_values, step.cross_heads, step.scratch}) {
+  for (const void* pointer : std::initializer_list<const void*>{
+           step.x, step.keys, step.values, step.cross_keys, step.cross_values, step.scratch}) {
     if (!aligned(pointer, 16)) fail("decoder_step: pointers must be 16-byte aligned");
   }
   // The caches as a byte matrix of rows of d values from the first layer's keys (the
@@ -1497,7 +1479,6 @@ void decoder_step(const DecoderStep& step, cudaStream_t stream) {
   p.lengths = step.lengths;
   p.cross_layer_stride = step.cross_layer_stride;
   p.cross_lengths = step.cross_lengths;
-  p.cross_heads = static_cast<const unsigned char*>(step.cross_heads);
   p.frames = s.frames;
   p.cross_chunks = l.cross_chunks;
   p.cross_chunk_frames = l.cross_chunk_frames;

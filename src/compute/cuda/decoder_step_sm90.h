@@ -71,11 +71,7 @@ struct StepShape {
 // rows of d values: cache_layer_stride is a whole number of rows, and so is values − keys, which
 // is at least the capacity's rows. The cross-attention reads cross_lengths[0] frames; frame f of
 // layer l at cross_keys + l · cross_layer_stride + f · cross_row_stride (values likewise).
-// Strides count elements. scale multiplies the scores. With cross_heads, the same keys and
-// values laid out head-major instead ([layers, 2, heads, frames, 64]: copy_group_major of the
-// window's [frames, layers · 2d], kernels.h), which the step copies as runs of a chunk's frames
-// rather than as boxes of 128-byte rows ~2 · layers · d values apart; built and not yet run on a
-// GPU (forty-ninth session).
+// Strides count elements. scale multiplies the scores.
 // scratch: decoder_step_scratch_bytes(shape), 16-byte aligned.
 struct DecoderStep {
   Element e = Element::f16;
@@ -92,7 +88,6 @@ struct DecoderStep {
   const void* cross_values = nullptr;
   int64_t cross_layer_stride = 0, cross_row_stride = 0;
   const int32_t* cross_lengths = nullptr;
-  const void* cross_heads = nullptr;  // null: the copies take boxes of cross_keys, cross_values
   void* scratch = nullptr;
 };
 

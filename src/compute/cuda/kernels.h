@@ -204,14 +204,6 @@ inline Int8Strides group_major_strides(int64_t cols, int group, int64_t block_ro
   return {group, block_rows * group, block_rows * cols, 1, block_rows, groups * block_rows};
 }
 
-// out [cols / group, rows, group] := x [rows, cols] (rows x_row_stride values apart), 16-bit
-// values: group_major_strides's layout of one block, without quantising. A window's
-// cross-attention K/V so laid out ([layers · 2 · heads, frames, head_dim]) is what the one-launch
-// step (decoder_step_sm90.h: cross_heads) copies as runs. group and x_row_stride multiples of 8,
-// x and out 16-byte aligned.
-void copy_group_major(const void* x, int64_t x_row_stride, int64_t rows, int64_t cols, int group,
-                      void* out, cudaStream_t stream);
-
 // q and scales of x, rows [first_row, first_row + rows) of a matrix [blocks · block_rows, cols]
 // (element type e, dense; x points at row first_row), in group_major_strides(cols, group,
 // block_rows) from q and scales (row 0's); cols a multiple of group.

@@ -332,17 +332,6 @@ __global__ void dequantize_q8_0_kernel(const uint4* quants, const __half* scales
   }
 }
 
-// A thread a 16-byte pack: consecutive threads read along x's rows (coalesced), and each group's
-// 8-value packs of a row land as one run of `group` values.
-__global__ void copy_group_major_kernel(const uint4* x, int64_t x_row_packs, int64_t rows,
-                                        int64_t row_packs, int group_packs, uint4* out) {
-  HARK_FLAT_LOOP(pack, rows * row_packs) {
-    const int64_t row = pack / row_packs, in_row = pack % row_packs;
-    const int64_t group = in_row / group_packs, in_group = in_row % group_packs;
-    out[(group * rows + row) * group_packs + in_group] = x[row * x_row_packs + in_row];
-  }
-}
-
 #undef HARK_ROW_LOOP
 #undef HARK_PACK_LOOP
 #undef HARK_FLAT_LOOP
@@ -529,26 +518,6 @@ void convert(Element from, const void* x, Element to, void* y, int64_t n, cudaSt
       check_launch("convert");
     });
   });
-}
-
-void copy_group_major(const void* x, int64_t x_row_stride, int64_t rows, int64_t cols, int group,
-                      void* out, cudaStream_t stream) {
-  constexpr int kValues = 8;  // 16-bit values in a 16-byte pack
-  if (rows <= 0 || cols <= 0) return;
-  if (group <= 0 || group % kValues != 0 || cols % group != 0 || x_row_stride % kValues != 0 ||
-      x_row_stride < cols) {
-    fail("copy_group_major: ", cols, " columns (rows ", x_row_stride,
-         " apart) are not whole groups of ", group, ", a multiple of 8");
-  }
-  if (!aligned(x, 16) || !aligned(out, 16)) {
-    fail("copy_group_major: the matrix and the output must be 16-byte aligned");
-  }
-  constexpr int kThreads = 256;
-  const int64_t row_packs = cols / kValues;
-  copy_group_major_kernel<<<flat_blocks(rows * row_packs, kThreads), kThreads, 0, stream>>>(
-      static_cast<const uint4*>(x), x_row_stride / kValues, rows, row_packs, group / kValues,
-      static_cast<uint4*>(out));
-  check_launch("copy_group_major");
 }
 
 void dequantize_q8_0(const void* w, int64_t rows, int64_t cols, Element e, void* out,

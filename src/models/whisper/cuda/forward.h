@@ -152,9 +152,6 @@ class KvCaches {
 struct CrossKv {
   CrossKvStorage storage = CrossKvStorage::native;
   const void* kv = nullptr;
-  // A single window's native K/V also laid out head-major for the one-launch step
-  // (with_step_heads); null: none.
-  const void* heads = nullptr;
   int64_t sequence_stride = 0;
   const float* scales = nullptr;
   int64_t scale_sequence_stride = 0;
@@ -173,7 +170,6 @@ struct DecoderBuffers {
   gpu::Buffer cross_lengths;       // every window's cross-attention length: frame_lengths
   gpu::Buffer absorbed, attended;  // over the frames: [rows, heads, d] before and after attending
   gpu::Buffer step;                // the one-launch step's (gpu::decoder_step_scratch_bytes)
-  gpu::Buffer step_cross;          // a window's K/V head-major for it (with_step_heads)
 };
 
 // `windows` cross-attention lengths on the device, each the model's frames (what a step's and a
@@ -197,14 +193,6 @@ void decode_tokens(gpu::Pass& pass, const Config& config, const Weights& w, KvCa
 void decode_step(gpu::Pass& pass, const Config& config, const Weights& w, KvCaches& caches,
                  int batch, const int32_t* ids, const int32_t* positions, const int32_t* lengths,
                  const int32_t* cross_lengths, CrossKv cross, DecoderBuffers& scratch);
-
-// `cross` for the steps of `batch` sequences: where they run as one launch (gpu::decoder_step)
-// and HARK_CUDA_STEP_CROSS=heads (read at each call), with its window's K/V copied head-major
-// into scratch.step_cross (gpu::copy_group_major), which the step copies as runs of frames
-// instead of boxes of rows far apart; otherwise as it is. That form is built and not yet run on a
-// GPU (forty-ninth session).
-CrossKv with_step_heads(gpu::Pass& pass, const Config& config, const Weights& w,
-                        const KvCaches& caches, int batch, CrossKv cross, DecoderBuffers& scratch);
 
 // The shape of the one-launch step (gpu::decoder_step, which a step of one sequence over native
 // K/V takes unless HARK_CUDA_STEP_KERNEL=0) for caches of `capacity` positions, over 16-bit or

@@ -688,30 +688,11 @@ void step_kernel(gpu::Pass& pass, const Config& config, const Weights& w, KvCach
   step.cross_layer_stride = 2 * d;
   step.cross_row_stride = 2 * d * config.decoder_layers;
   step.cross_lengths = cross_lengths;
-  step.cross_heads = cross.heads;
   step.scratch = s.step.data();
   gpu::decoder_step(step, pass.stream());
 }
 
 }  // namespace
-
-CrossKv with_step_heads(gpu::Pass& pass, const Config& config, const Weights& w,
-                        const KvCaches& caches, int batch, CrossKv cross, DecoderBuffers& scratch) {
-  if (!gpu::environment_is("HARK_CUDA_STEP_CROSS", "heads") ||
-      !step_kernel_runs(config, w, caches, cross, pass.element(), batch)) {
-    return cross;
-  }
-  // [frames, layers · 2d] → [layers · 2 · heads, frames, head_dim]: 245 MB for large-v3, once a
-  // window, where its 120 steps read them 120 times.
-  const int64_t frames = config.max_source_positions;
-  const int64_t kv_row = 2 * config.d_model * config.decoder_layers;
-  scratch.step_cross.reserve(pass.bytes(frames * kv_row));
-  gpu::copy_group_major(cross.kv, kv_row, frames, kv_row,
-                        static_cast<int>(config.d_model / config.decoder_heads),
-                        scratch.step_cross.data(), pass.stream());
-  cross.heads = scratch.step_cross.data();
-  return cross;
-}
 
 gpu::StepShape step_shape(const Config& config, int capacity, bool q8_0) {
   gpu::StepShape shape;

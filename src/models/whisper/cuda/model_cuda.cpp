@@ -516,9 +516,7 @@ std::vector<GreedyOutcome> CudaWhisper::decode_greedy(std::span<const GreedyJob>
   gpu::Buffer positions_dev = gpu::upload_vector<int32_t>(positions, stream);
   gpu::Buffer lengths_dev = gpu::upload_vector<int32_t>(lengths, stream);
   const int32_t* cross_lengths = cuda::frame_lengths(config_, batch, scratch, stream);
-  const CrossKv cross = cuda::with_step_heads(
-      pass, config_, weights_, caches, batch,
-      cuda::cross_kv_of(config_, weights_.element, encoded, first_window, true), scratch);
+  const CrossKv cross = cuda::cross_kv_of(config_, weights_.element, encoded, first_window, true);
   // What the step's attentions read: the lengths, 0 for the windows that are done.
   gpu::Buffer live_lengths(sizeof(int32_t) * batch), live_cross_lengths(sizeof(int32_t) * batch);
   const bool skip_finished = finished_windows_skipped();
