@@ -1,7 +1,7 @@
 // The one-launch decode step (compute/cuda/decoder_step_sm90.h), which the batched greedy search
-// takes for a single window by default (HARK_CUDA_STEP_KERNEL=1 here, which Q8_0 weights need),
-// against the launch-per-op step (HARK_CUDA_STEP_KERNEL=0), on random models of Whisper's real
-// widths: the same greedy tokens over more than one chunk of self-attention positions, and the
+// takes for a single window by default (HARK_CUDA_STEP_KERNEL=1 here), against the launch-per-op
+// step (HARK_CUDA_STEP_KERNEL=0), on random models of Whisper's real widths, over 16-bit and Q8_0
+// weights: the same greedy tokens over more than one chunk of self-attention positions, and the
 // same log-probabilities within F16/BF16 rounding. The tiny test checkpoints have heads of 16
 // values, which the kernel does not take. Skipped without a GPU, but for the check of the kernel's
 // layout, which needs none.

@@ -633,16 +633,15 @@ void fused_step_blocks(gpu::Pass& pass, const Config& config, const Weights& w, 
 }
 
 // Whether a step runs as one persistent launch (gpu::decoder_step): for one sequence over K/V
-// stored natively, 16-bit weights, and a shape the kernel takes on this GPU (an H100 or H200),
-// unless HARK_CUDA_STEP_KERNEL=0 (read at each call). It gives the launches' tokens, and on an
-// H100 large-v3 steps in 1.28-1.30 ms with it against 1.58-1.59 without, turbo in 0.234-0.236
-// against 0.261-0.265 (bench/RESULTS.md, forty-eighth session). Q8_0 weights take it only with
-// HARK_CUDA_STEP_KERNEL=1: that form is built and not yet run on a GPU (forty-ninth session).
+// stored natively, 16-bit or Q8_0 weights, and a shape the kernel takes on this GPU (an H100 or
+// H200), unless HARK_CUDA_STEP_KERNEL=0 (read at each call). It gives the launches' tokens, and on
+// an H100 large-v3 steps in 1.28-1.33 ms with it against 1.58-1.59 without, turbo in 0.234-0.236
+// against 0.261-0.265 (bench/RESULTS.md, forty-eighth session); over Q8_0 weights in 1.274
+// against 1.423 (forty-ninth session).
 bool step_kernel_runs(const Config& config, const Weights& w, const KvCaches& caches,
                       const CrossKv& cross, gpu::Element e, int batch) {
   if (batch != 1 || cross.storage != CrossKvStorage::native || w.step_layers.bytes() == 0 ||
-      gpu::environment_is("HARK_CUDA_STEP_KERNEL", "0") ||
-      (w.step_q8_0 && !gpu::environment_is("HARK_CUDA_STEP_KERNEL", "1"))) {
+      gpu::environment_is("HARK_CUDA_STEP_KERNEL", "0")) {
     return false;
   }
   if (gpu::decoder_step_runs(e, step_shape(config, caches.capacity(), w.step_q8_0))) return true;
