@@ -181,7 +181,7 @@ __host__ __device__ constexpr int64_t round_up(int64_t value, int64_t multiple) 
 // 8 since depth is a multiple of 32), to the row of such a multiple at or after its last.
 __host__ __device__ constexpr int64_t scale_rows_step(int64_t depth) {
   int64_t step = 1;
-  while (step * (depth / 16) % 16 != 0) step *= 2;
+  while (step * q8_0_scale_row_bytes(depth) % 16 != 0) step *= 2;
   return step;
 }
 
@@ -199,7 +199,8 @@ __host__ __device__ inline Share share_of(int64_t rows, int64_t depth, int64_t c
   Share share;
   share.scales = round_up(most * depth * (q8_0 ? 1 : 2), 16);
   share.bias =
-      share.scales + (q8_0 ? round_up((most + 2 * scale_rows_step(depth)) * (depth / 16), 16) : 0);
+      share.scales +
+      (q8_0 ? round_up((most + 2 * scale_rows_step(depth)) * q8_0_scale_row_bytes(depth), 16) : 0);
   share.norm = share.bias + round_up((most + 16) * 2, 16);
   share.end = share.norm + (normed ? 2 * round_up(d * 2, 16) : 0);
   return share;
@@ -565,13 +566,12 @@ __device__ __forceinline__ void product_runs(const Params& p, const Product& pro
   const Share share = product_share(p, product);
   const auto* w = static_cast<const unsigned char*>(product.w);
   const int64_t value_bytes = p.q8_0 ? 1 : sizeof(T);
-  // Q8_0's scales follow the matrix's quants (kernels.h: q8_0_scales_offset).
   const ScaleRows scale_rows = scale_rows_of(r, product.depth);
-  const int64_t scale_row_bytes = product.depth / 16;
+  const int64_t scale_row_bytes = q8_0_scale_row_bytes(product.depth);
   const int64_t bias_first = r.first & ~int64_t{7};
   const int64_t norm_bytes = p.d * sizeof(T);
   runs = {{w + r.first * product.depth * value_bytes,
-           w + product.rows * product.depth + scale_rows.first * scale_row_bytes,
+           w + q8_0_scales_offset(product.rows, product.depth) + scale_rows.first * scale_row_bytes,
            product.bias != nullptr
                ? static_cast<const unsigned char*>(product.bias) + bias_first * sizeof(T)
                : nullptr,
@@ -1041,7 +1041,7 @@ __device__ __noinline__ void product_sums(const Region& region, Rows r, int64_t 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int packs = static_cast<int>(depth / kPack);
   const auto row_bytes = static_cast<uint32_t>(depth * (kQ8 ? 1 : sizeof(T)));
-  const auto scale_row_bytes = static_cast<uint32_t>(depth / 16);
+  const auto scale_row_bytes = static_cast<uint32_t>(q8_0_scale_row_bytes(depth));
   const auto* x = reinterpret_cast<const uint4*>(vector);
   // A row's sum with its packs from load(pack). Two sums, so that each lane's chain of dependent
   // FMAs is half as long.

@@ -73,8 +73,14 @@ void convert(Element from, const void* x, Element to, void* y, int64_t n, cudaSt
 // Q8_0 matrix [rows, cols] (cols a multiple of 32) is its quants, rows × cols int8 in row order,
 // followed by its scales, rows × cols / 32 F16 in row order: the same bytes, in 16-byte-aligned
 // rows (q8_0_to_device_layout in pass.h rearranges GGUF's blocks so).
-inline int64_t q8_0_scales_offset(int64_t rows, int64_t cols) {  // bytes from quants to scales
+// The bytes from a matrix's quants to its scales (host and device: the one-launch step finds a
+// CTA's scales by it).
+__host__ __device__ constexpr int64_t q8_0_scales_offset(int64_t rows, int64_t cols) {
   return rows * cols;
+}
+// The bytes of a row's scales: one F16 scale a block of 32 values.
+__host__ __device__ constexpr int64_t q8_0_scale_row_bytes(int64_t cols) {
+  return cols / 32 * 2;
 }
 
 // A Q8_0 matrix [rows, cols] in the device layout, to element type e: each value d · q in F32,
